@@ -1,0 +1,109 @@
+"""The contract between cachekeeper and one compiler backend (inductor, neuron, tpu).
+
+A backend answers three questions without importing torch (the hydrate path calls them):
+  * which toolchain is this host? (`fingerprint`, light probes only)
+  * where does its cache live and which env var points there? (`env_var`, `extra_roots`)
+  * which files of a cache dir are artifacts? (`include`)
+and one with torch, in a subprocess the worker launches: compile this entry into this empty dir
+(`build_command`, whose module runs in a fresh interpreter with crash isolation and a timeout).
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..fingerprint import Fingerprint
+from ..spec import EntrySpec
+
+CACHE_ROOT = "cache"  # the root the backend's env var points at; every backend has it
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Where the worker loads a model from (the entry's identity is EntrySpec.model/revision)."""
+
+    name: str
+    component: str
+    path: str | None = None          # local diffusers folder (save_pretrained layout)
+    hub: str | None = None           # hub repo id, used with revision
+    revision: str = ""
+    inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
+    pipeline: bool = False           # warm up the whole pipeline instead of the component
+    tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Everything a build subprocess needs, serialised to JSON on its command line."""
+
+    spec: EntrySpec
+    model: ModelRef
+    roots: Mapping[str, str]         # root name -> empty directory to compile into ("cache", maybe more)
+    options: Mapping[str, str] = field(default_factory=dict)   # backend options from the config
+    result_path: str = ""            # where the subprocess writes its JSON result (stats, counters)
+
+    def to_json(self) -> str:
+        return json.dumps({"spec": self.spec.to_dict(), "model": self.model.to_dict(),
+                           "roots": dict(self.roots), "options": dict(self.options),
+                           "result_path": self.result_path})
+
+    @classmethod
+    def from_json(cls, text: str) -> BuildJob:
+        d = json.loads(text)
+        return cls(spec=EntrySpec.from_dict(d["spec"]), model=ModelRef(**d["model"]), roots=d["roots"],
+                   options=d["options"], result_path=d["result_path"])
+
+
+@dataclass(frozen=True)
+class BuildCommand:
+    argv: list[str]
+    env: dict[str, str]              # full environment for the subprocess
+
+
+class Backend(abc.ABC):
+    name: ClassVar[str]
+    env_var: ClassVar[str]           # points the runtime at the `cache` root
+    modes: ClassVar[tuple[str, ...]]
+    shared_roots: ClassVar[frozenset[str]] = frozenset()   # roots published once per toolchain
+
+    @abc.abstractmethod
+    def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
+        """This host's toolchain for this backend. Light: importlib.metadata, env, /proc, `cc -v`."""
+
+    @abc.abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None if this host can build/hydrate for the backend, else why not (for `doctor`)."""
+
+    def extra_roots(self, options: Mapping[str, str]) -> dict[str, Path]:
+        """Directories other than the cache dir that hydrate fills (e.g. Inductor's PCH dir)."""
+        return {}
+
+    def include(self, root: str, relpath: str) -> bool:
+        """Whether a file found in a built root is an artifact worth publishing (skip locks, temps)."""
+        return True
+
+    def env_exports(self, dest: Path) -> dict[str, str]:
+        """What a boot hook exports so the runtime reads the hydrated dir."""
+        return {self.env_var: str(dest)}
+
+    @abc.abstractmethod
+    def build_command(self, job: BuildJob) -> BuildCommand:
+        """The subprocess that compiles `job` into `job.roots` (the worker runs and times it)."""
+
+    # helpers for subclasses -----------------------------------------------------------------------
+
+    @staticmethod
+    def python_module_command(module: str, job: BuildJob, env: Mapping[str, str]) -> BuildCommand:
+        full_env = dict(os.environ)
+        full_env.update(env)
+        return BuildCommand([sys.executable, "-m", module, job.to_json()], full_env)

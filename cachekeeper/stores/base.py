@@ -1,0 +1,75 @@
+"""The storage contract every store implements (file, memory, s3, gcs).
+
+Objects are immutable: `put` never replaces an existing key (S3 `IfNoneMatch='*'`, GCS
+`if_generation_match=0`, exclusive create locally) and says whether it wrote. Keys are POSIX-style
+relative paths validated by `check_key`. Stores raise only `cachekeeper.errors` classes, so the CLI can
+print one line; `tests/stores/conformance.py` is the suite every store passes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import UnsafePath
+from ..fsutil import safe_relpath
+
+
+def check_key(key: str) -> str:
+    try:
+        safe_relpath(key)
+    except UnsafePath:
+        raise UnsafePath(f"invalid object key {key!r}") from None
+    return key
+
+
+class Store(abc.ABC):
+    """An immutable object store. Implementations must be safe to call from several threads."""
+
+    url: str
+
+    @abc.abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        """Create `key` holding `data`; False (and no write) if the key already exists."""
+
+    def put_file(self, key: str, path: Path) -> bool:
+        """Create `key` from a local file; stores override this to stream large files."""
+        return self.put_bytes(key, path.read_bytes())
+
+    @abc.abstractmethod
+    def get_bytes(self, key: str) -> bytes:
+        """Whole object; `ObjectNotFound` if missing."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """`length` bytes from offset `start` (fewer only at the end of the object)."""
+
+    def download(self, key: str, out: BinaryIO) -> int:
+        """Stream the object into `out`; returns the byte count. Stores override to stream."""
+        data = self.get_bytes(key)
+        out.write(data)
+        return len(data)
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int | None:
+        """Size in bytes, or None if the key does not exist."""
+
+    def exists(self, key: str) -> bool:
+        return self.size(key) is not None
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys starting with `prefix` (a plain string prefix), in no promised order."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove `key`; a missing key is not an error (GC may race another GC)."""
+
+    def check(self) -> None:
+        """Raise a StoreError subclass if the store is unusable (missing bucket, bad credentials)."""
+        next(iter(self.list("manifests/")), None)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients and pools."""

@@ -1,0 +1,104 @@
+"""`file://` store: a directory tree, the embedded default. Exclusive create via link(2)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import ObjectNotFound, StoreError, StoreNotFound
+from ..fsutil import CHUNK, TMP_SUFFIX, atomic_writer
+from .base import Store, check_key
+
+
+class FileStore(Store):
+    def __init__(self, root: Path, *, create: bool = True) -> None:
+        self.root = root.absolute()
+        self.url = f"file://{self.root}"
+        if create:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create store directory {self.root}: {exc.strerror}") from None
+        elif not self.root.is_dir():
+            raise StoreNotFound(f"store directory {self.root} does not exist")
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        try:
+            with atomic_writer(path, exclusive=True) as f:
+                f.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def put_file(self, key: str, path: Path) -> bool:
+        dest = self._path(key)
+        if dest.exists():
+            return False
+        try:
+            with atomic_writer(dest, exclusive=True) as out, open(path, "rb") as src:
+                shutil.copyfileobj(src, out, CHUNK)
+        except FileExistsError:
+            return False
+        return True
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+
+    def download(self, key: str, out: BinaryIO) -> int:
+        try:
+            with open(self._path(key), "rb") as f:
+                n = 0
+                while chunk := f.read(CHUNK):
+                    out.write(chunk)
+                    n += len(chunk)
+                return n
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+
+    def size(self, key: str) -> int | None:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        # Walk only the directory the prefix names, so listing manifests/<fp>/ stays cheap.
+        base, _, _ = prefix.rpartition("/")
+        start = self.root / base if base else self.root
+        if not start.is_dir():
+            return
+        for dirpath, _dirs, files in os.walk(start):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            for name in files:
+                if name.endswith(TMP_SUFFIX):
+                    continue
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if key.startswith(prefix):
+                    yield key
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def check(self) -> None:
+        if not self.root.is_dir():
+            raise StoreNotFound(f"store directory {self.root} does not exist")

@@ -1,0 +1,43 @@
+"""In-memory store for tests of planning and publishing logic (never used by the CLI)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from ..errors import ObjectNotFound
+from .base import Store, check_key
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self.url = "memory://"
+        self.objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        with self._lock:
+            if check_key(key) in self.objects:
+                return False
+            self.objects[key] = bytes(data)
+            return True
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self.objects[check_key(key)]
+        except KeyError:
+            raise ObjectNotFound(f"memory://{key} not found") from None
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self.get_bytes(key)[start:start + length]
+
+    def size(self, key: str) -> int | None:
+        data = self.objects.get(check_key(key))
+        return None if data is None else len(data)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return iter([k for k in list(self.objects) if k.startswith(prefix)])
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self.objects.pop(key, None)
