@@ -1,0 +1,136 @@
+"""Manifests: the signed-off list of files that make one entry (or one toolchain-shared set).
+
+A manifest is canonical JSON, stored at `manifests/<fingerprint id>/<name>.json` and addressed by the
+sha256 of its bytes (its `digest`), so a lockfile can pin exact bytes. It names every file with its
+root, relative path, size and sha256, and where the bytes live: a blob of its own (large files; the
+blob digest is the file's sha256) or a slice of a pack blob (small files, concatenated).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import canonical
+from .errors import ManifestError
+from .fingerprint import Fingerprint
+from .fsutil import safe_relpath
+from .spec import EntrySpec
+
+SCHEMA = 1
+KIND_ENTRY = "entry"
+KIND_SHARED = "shared"
+
+
+def blob_key(digest: str) -> str:
+    return f"blobs/sha256/{digest[:2]}/{digest}"
+
+
+def manifest_key(fingerprint_id: str, name: str) -> str:
+    return f"manifests/{fingerprint_id}/{name}.json"
+
+
+def manifest_prefix(fingerprint_id: str | None = None) -> str:
+    return f"manifests/{fingerprint_id}/" if fingerprint_id else "manifests/"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    root: str          # "cache" or a backend's extra root ("pch")
+    path: str          # POSIX path relative to the root
+    size: int
+    sha256: str
+    blob: str          # digest of the blob holding the bytes
+    offset: int = 0    # where they start in that blob (0 for a blob of its own)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": self.root, "path": self.path, "size": self.size, "sha256": self.sha256,
+                "blob": self.blob, "offset": self.offset}
+
+
+@dataclass(frozen=True)
+class BlobRecord:
+    digest: str
+    size: int
+    packed: bool       # True: a pack of small files; False: one file's bytes
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kind: str                              # "entry" or "shared"
+    name: str                              # entry key, or shared-set name ("pch-<hash>")
+    fingerprint: Fingerprint
+    files: tuple[FileRecord, ...]
+    blobs: tuple[BlobRecord, ...]
+    spec: EntrySpec | None = None          # set for kind == "entry"
+    requires: tuple[str, ...] = ()         # names of shared manifests (same fingerprint) to hydrate too
+    build: dict[str, Any] = field(default_factory=dict)   # host, durations, counters: informative only
+
+    @property
+    def key(self) -> str:
+        return manifest_key(self.fingerprint.id, self.name)
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "kind": self.kind, "name": self.name,
+            "fingerprint": self.fingerprint.to_dict(), "fingerprint_id": self.fingerprint.id,
+            "spec": self.spec.to_dict() if self.spec else None,
+            "requires": list(self.requires),
+            "files": [f.to_dict() for f in self.files],
+            "blobs": [{"digest": b.digest, "size": b.size, "packed": b.packed} for b in self.blobs],
+            "build": self.build,
+        }
+
+    def to_bytes(self) -> bytes:
+        return canonical.dumps(self.to_dict())
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str = "manifest") -> Manifest:
+        """Parse and validate; every path is checked here so nothing downstream sees a hostile one."""
+        try:
+            d = json.loads(data)
+            if d.get("schema") != SCHEMA:
+                raise ManifestError(f"{source}: unknown manifest schema {d.get('schema')!r}")
+            fp = Fingerprint.from_dict(d["fingerprint"])
+            if d.get("fingerprint_id") != fp.id:
+                raise ManifestError(f"{source}: fingerprint id does not match its fields")
+            files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), int(f["size"]),
+                                     str(f["sha256"]), str(f["blob"]), int(f.get("offset", 0)))
+                          for f in d["files"])
+            blobs = tuple(BlobRecord(str(b["digest"]), int(b["size"]), bool(b["packed"])) for b in d["blobs"])
+            spec = EntrySpec.from_dict(d["spec"]) if d.get("spec") else None
+            m = cls(kind=d["kind"], name=str(d["name"]), fingerprint=fp, files=files, blobs=blobs,
+                    spec=spec, requires=tuple(d.get("requires", ())), build=dict(d.get("build") or {}))
+        except ManifestError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestError(f"{source}: malformed manifest ({type(exc).__name__}: {exc})") from None
+        m.validate(source)
+        return m
+
+    def validate(self, source: str = "manifest") -> None:
+        """Internal consistency: every slice lies inside its blob, paths are unique per root."""
+        sizes = {b.digest: b for b in self.blobs}
+        seen: set[tuple[str, str]] = set()
+        for f in self.files:
+            safe_relpath(f.root)
+            blob = sizes.get(f.blob)
+            if blob is None or f.offset < 0 or f.size < 0 or f.offset + f.size > blob.size:
+                raise ManifestError(f"{source}: {f.path} points outside its blob")
+            if not blob.packed and (f.offset != 0 or f.sha256 != f.blob):
+                raise ManifestError(f"{source}: {f.path} does not match its single-file blob")
+            if (f.root, f.path) in seen:
+                raise ManifestError(f"{source}: {f.path} listed twice")
+            seen.add((f.root, f.path))
+        if self.kind == KIND_ENTRY and (self.spec is None or self.spec.key != self.name):
+            raise ManifestError(f"{source}: entry name does not match its spec")
