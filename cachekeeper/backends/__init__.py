@@ -12,6 +12,15 @@ REGISTRY: dict[str, str] = {
     "inductor": "cachekeeper.backends.inductor:InductorBackend",
     "neuron": "cachekeeper.backends.neuron:NeuronBackend",
     "tpu": "cachekeeper.backends.tpu:TPUBackend",
+    "neuron_xla": "cachekeeper.backends.neuron_xla:NeuronXlaBackend",
+}
+
+# Compile modes each backend supports (config validation reads this without importing backends).
+MODES: dict[str, tuple[str, ...]] = {
+    "inductor": ("full", "repeated_blocks"),
+    "neuron": ("eager", "full", "repeated_blocks"),
+    "neuron_xla": ("full",),
+    "tpu": ("eager", "defer_and_fuse", "full", "repeated_blocks"),
 }
 
 

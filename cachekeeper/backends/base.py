@@ -84,6 +84,10 @@ class Backend(abc.ABC):
     def unavailable_reason(self) -> str | None:
         """None if this host can build/hydrate for the backend, else why not (for `doctor`)."""
 
+    def build_roots(self, workdir: Path) -> dict[str, Path]:
+        """Fresh directories a build compiles into, by root name; the worker snapshots each one."""
+        return {CACHE_ROOT: workdir / CACHE_ROOT}
+
     def extra_roots(self, options: Mapping[str, str]) -> dict[str, Path]:
         """Directories other than the cache dir that hydrate fills (e.g. Inductor's PCH dir)."""
         return {}

@@ -1,0 +1,40 @@
+"""The `cachekeeper` command. Command modules import heavy libraries inside their functions only,
+so `cachekeeper hydrate` starts fast and never imports torch, SQLAlchemy or cloud SDKs it does not use."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import CachekeeperError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except CachekeeperError as exc:
+            click.echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                click.echo(f"hint: {exc.hint}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cachekeeper")
+def cli() -> None:
+    """Prebuild, publish and hydrate compiler caches for PyTorch models."""
+
+
+def _register() -> None:
+    from . import commands  # noqa: F401  (core commands attach themselves to `cli`)
+
+
+def main() -> None:
+    _register()
+    try:
+        cli.main(prog_name="cachekeeper", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
