@@ -26,7 +26,7 @@ def safe_relpath(rel: str) -> PurePosixPath:
     """Validate a manifest/archive path: relative, POSIX, no `..`, no NUL, no backslash, not empty."""
     if not rel or "\x00" in rel or "\\" in rel or rel.startswith("/"):
         raise UnsafePath(f"unsafe path in manifest: {rel!r}")
-    parts = PurePosixPath(rel).parts
+    parts = rel.split("/")  # split by hand: PurePosixPath would quietly drop "." and "//"
     if any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
         raise UnsafePath(f"unsafe path in manifest: {rel!r}")
     return PurePosixPath(*parts)

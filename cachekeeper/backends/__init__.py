@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from ..errors import UsageError
 from .base import Backend
@@ -24,11 +25,27 @@ MODES: dict[str, tuple[str, ...]] = {
 }
 
 
+def registry() -> dict[str, str]:
+    """Built-in backends plus plugins named in CACHEKEEPER_BACKENDS ("name=module:Class,...")."""
+    out = dict(REGISTRY)
+    for item in filter(None, os.environ.get("CACHEKEEPER_BACKENDS", "").split(",")):
+        name, sep, target = item.partition("=")
+        if not sep or ":" not in target:
+            raise UsageError(f"CACHEKEEPER_BACKENDS: expected name=module:Class, got {item!r}")
+        out[name.strip()] = target.strip()
+    return out
+
+
+def modes_for(name: str) -> tuple[str, ...]:
+    return MODES[name] if name in MODES else get_backend(name).modes
+
+
 def get_backend(name: str) -> Backend:
+    known_backends = registry()
     try:
-        target = REGISTRY[name]
+        target = known_backends[name]
     except KeyError:
-        known = ", ".join(sorted(REGISTRY))
+        known = ", ".join(sorted(known_backends))
         raise UsageError(f"unknown backend {name!r}", f"use one of: {known}") from None
     module, _, cls = target.partition(":")
     backend: Backend = getattr(importlib.import_module(module), cls)()

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 from ..errors import UsageError
 from .base import Store
 
-__all__ = ["Store", "open_store", "default_home", "default_store_url"]
+__all__ = ["Store", "default_home", "default_store_url", "open_store"]
 
 
 def default_home() -> Path:

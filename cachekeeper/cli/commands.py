@@ -1,0 +1,366 @@
+"""Core commands: prebuild, hydrate, lock, validate, and the inspection set (ls, show, coverage, verify,
+gc, stats). Heavy imports stay inside the functions: `hydrate` must start in a fraction of a second."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import cli
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..catalog import Catalog
+    from ..config import Config
+    from ..fingerprint import Fingerprint
+    from ..stores.base import Store
+
+store_option = click.option("--store", "store_url", envvar="CACHEKEEPER_STORE", metavar="URL",
+                            help="file:///dir, s3://bucket/prefix or gs://bucket/prefix [env CACHEKEEPER_STORE]")
+catalog_option = click.option("--catalog", "catalog_url", envvar="CACHEKEEPER_CATALOG", metavar="URL",
+                              help="sqlite:///file or postgresql+psycopg://... [env CACHEKEEPER_CATALOG]")
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
+
+
+def _say(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _load_config(path: str | None) -> Config | None:
+    if path is None:
+        return None
+    from ..config import load_config
+    return load_config(path)
+
+
+def _store(url: str | None, config: Config | None, *, create: bool = False) -> Store:
+    from ..stores import open_store
+    return open_store(url or (config.store if config else None), create=create)
+
+
+def _catalog(url: str | None, config: Config | None) -> Catalog:
+    from ..catalog import Catalog
+    return Catalog.open(url or (config.catalog if config else None))
+
+
+def _options(config: Config | None, backend: str, pairs: tuple[str, ...], device: str | None) -> dict[str, str]:
+    from ..errors import UsageError
+    options = config.options_for(backend) if config else {}
+    for pair in pairs:
+        k, sep, v = pair.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--option expects KEY=VALUE, got {pair!r}")
+        options[k] = v
+    if device:
+        options["device"] = device
+    return options
+
+
+def _pick_backend(config: Config | None, backend: str | None) -> str:
+    from ..errors import UsageError
+    if backend:
+        return backend
+    names = sorted({b for m in config.models for b in m.backends}) if config else []
+    if len(names) == 1:
+        return names[0]
+    raise UsageError("which backend? pass --backend" + (f" (the config names {', '.join(names)})" if names else ""))
+
+
+def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str, ...],
+                     device: str | None) -> tuple[Backend, Fingerprint, dict[str, str]]:
+    from ..backends import get_backend
+    from ..errors import BackendUnavailable
+    backend = get_backend(backend_name)
+    reason = backend.unavailable_reason()
+    if reason:
+        raise BackendUnavailable(f"backend {backend_name} is not usable on this host: {reason}")
+    options = _options(config, backend_name, pairs, device)
+    return backend, backend.fingerprint(options), options
+
+
+# --- prebuild ----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@store_option
+@catalog_option
+@click.option("--no-catalog", is_flag=True, help="publish to the store only (no index, no shared queue)")
+@click.option("--backend", "backends", multiple=True, help="only these backends")
+@click.option("--model", "models", multiple=True, help="only these models")
+@click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
+@click.option("--worker", help="worker id in the shared queue (default host:pid)")
+@click.option("--lease", default=600.0, show_default=True, help="seconds a claimed entry stays ours unrenewed")
+@json_option
+def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, no_catalog: bool,
+             backends: tuple[str, ...], models: tuple[str, ...], only: tuple[str, ...], worker: str | None,
+             lease: float, as_json: bool) -> None:
+    """Compile every entry of CONFIG's matrix for this host's toolchains and publish the caches."""
+    from ..errors import BuildFailed
+    from ..worker.prebuild import Outcome
+    from ..worker.prebuild import prebuild as run
+
+    config = _load_config(config_path)
+    assert config is not None
+    store = _store(store_url, config, create=True)
+    catalog = None if no_catalog else _catalog(catalog_url, config)
+
+    def progress(o: Outcome) -> None:
+        _say(f"{o.status:>7}  {o.key[:12]}  {o.label}" + (f"  ({o.seconds:.1f}s)" if o.seconds else ""))
+        if o.status == "failed":
+            _say("         " + o.detail.strip().replace("\n", "\n         ")[-3000:])
+
+    report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
+                 only=set(only) or None, worker=worker, lease_s=lease, progress=progress)
+    if as_json:
+        click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes]}))
+    _say("prebuild: " + ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) + f" -> {store.url}")
+    if report.failed:
+        raise BuildFailed(f"{len(report.failed)} of {len(report.outcomes)} entries failed to build")
+
+
+# --- hydrate -----------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="hydrate the entries this config names")
+@click.option("--lockfile", type=click.Path(dir_okay=False), help="hydrate exactly the manifests a lockfile pins")
+@click.option("--backend", help="backend (default: the config's or lockfile's only one)")
+@click.option("--model", "models", multiple=True, help="only these models")
+@click.option("--dest", type=click.Path(file_okay=False), help="cache dir to fill (default: per-toolchain dir)")
+@click.option("--device", help="device the inference runs on (cpu, cuda), for the fingerprint")
+@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
+@store_option
+@click.option("--print-env", is_flag=True, help="print `export VAR=DIR` lines for eval")
+@click.option("--verify", is_flag=True, help="re-hash every local file instead of trusting the state file")
+@click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
+@click.option("--threads", default=16, show_default=True)
+@json_option
+def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
+            dest: str | None, device: str | None, pairs: tuple[str, ...], store_url: str | None, print_env: bool,
+            verify: bool, require_all: bool, threads: int, as_json: bool) -> None:
+    """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..hydrate import hydrate as run
+    from ..hydrate.resolve import Pin, read_lockfile
+    from ..stores import default_home
+
+    config = _load_config(config_path)
+    pins: list[Pin] | None = None
+    locked_fp = None
+    if lockfile:
+        backend, locked_fp, pins = read_lockfile(Path(lockfile))
+    name = _pick_backend(config, backend)
+    be, fp, options = _local_toolchain(config, name, pairs, device)
+    if locked_fp is not None and locked_fp != fp.id:
+        from ..errors import ToolchainMismatch
+        raise ToolchainMismatch(f"{lockfile} pins toolchain {locked_fp}; this host is {fp.id}",
+                                "regenerate the lockfile on a host like this one (`cachekeeper lock`)")
+    if config is not None and pins is None:
+        pins = [Pin(e.spec.key) for e in config.entries({name}, set(models) or None)]
+    target = Path(dest) if dest else default_home() / "hydrated" / f"{name}-{fp.id}"
+    report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
+                 extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
+                 require_all=require_all, threads=threads)
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+    if print_env:
+        for var, value in be.env_exports(report.dest).items():
+            click.echo(f"export {var}={_shell_quote(value)}")
+    if report.missing:
+        _say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {fp.id}; "
+             "they will compile at first use (`cachekeeper coverage` lists them)")
+    _say("hydrate: " + ("already in place" if report.noop else
+         f"{report.files_fetched} files ({report.bytes_fetched / 1e6:.1f} MB) fetched, "
+         f"{report.files_total} in place") + f" -> {report.dest} ({report.seconds:.2f}s)")
+
+
+def _shell_quote(value: str) -> str:
+    import shlex
+    return shlex.quote(value)
+
+
+@cli.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--backend")
+@click.option("--model", "models", multiple=True)
+@click.option("--device")
+@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE")
+@store_option
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="lockfile to write")
+def lock(config_path: str, backend: str | None, models: tuple[str, ...], device: str | None,
+         pairs: tuple[str, ...], store_url: str | None, output: str) -> None:
+    """Pin the exact manifests this host's toolchain would hydrate into a lockfile."""
+    from ..errors import NothingToHydrate
+    from ..hydrate.resolve import Pin, fetch_manifests, with_shared, write_lockfile
+
+    config = _load_config(config_path)
+    assert config is not None
+    name = _pick_backend(config, backend)
+    _, fp, _ = _local_toolchain(config, name, pairs, device)
+    store = _store(store_url, config)
+    found, missing = fetch_manifests(store, fp, [Pin(e.spec.key) for e in config.entries({name}, set(models) or None)])
+    if not found:
+        raise NothingToHydrate(f"{store.url} has no entries of this config for toolchain {fp.id}")
+    write_lockfile(Path(output), name, fp, with_shared(store, fp, found))
+    _say(f"lock: {len(found)} entries pinned ({len(missing)} not built) -> {output}")
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+def validate(config_path: str) -> None:
+    """Check a config file and print its entries."""
+    config = _load_config(config_path)
+    assert config is not None
+    entries = config.entries()
+    for e in entries:
+        click.echo(f"{e.spec.key[:12]}  {e.spec.label()}")
+    _say(f"{config_path}: valid, {len(entries)} entries")
+
+
+# --- inspection --------------------------------------------------------------------------------------
+
+
+def _rows_json(rows: list[Any]) -> str:
+    return json.dumps([r.__dict__ for r in rows], default=str)
+
+
+@cli.command(name="ls")
+@click.option("--backend")
+@click.option("--model")
+@click.option("--fingerprint", "fingerprint_id")
+@catalog_option
+@json_option
+def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, catalog_url: str | None,
+        as_json: bool) -> None:
+    """List cached entries (from the catalog)."""
+    rows = _catalog(catalog_url, None).find(fingerprint_id=fingerprint_id, backend=backend, model=model)
+    if as_json:
+        click.echo(_rows_json(rows))
+        return
+    for r in rows:
+        click.echo(f"{r.fingerprint_id}  {r.name[:12]}  {r.backend:<8} {r.model}/{r.component} {r.mode} "
+                   f"{r.height}x{r.width}x{r.batch} {r.dtype}  {r.total_size / 1e6:8.1f} MB  {r.file_count} files")
+    _say(f"{len(rows)} entries")
+
+
+@cli.command()
+@click.argument("key")
+@store_option
+@catalog_option
+def show(key: str, store_url: str | None, catalog_url: str | None) -> None:
+    """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
+    from ..errors import UsageError
+    from ..manifest import Manifest
+
+    store = _store(store_url, None)
+    if key.startswith("manifests/"):
+        keys = [key]
+    else:
+        keys = [k for k in store.list("manifests/") if k.rsplit("/", 1)[-1].startswith(key)]
+    if len(keys) != 1:
+        raise UsageError(f"{len(keys)} manifests match {key!r}", "give a longer key prefix or the manifest path")
+    m = Manifest.from_bytes(store.get_bytes(keys[0]), source=keys[0])
+    doc = m.to_dict()
+    doc["digest"] = m.digest
+    doc["key"] = keys[0]
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--backend")
+@click.option("--device")
+@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--fingerprint", "fingerprint_id", help="check another toolchain's coverage (default: this host's)")
+@store_option
+@catalog_option
+@click.option("--no-catalog", is_flag=True, help="ask the store instead of the catalog")
+@json_option
+def coverage(config_path: str, backend: str | None, device: str | None, pairs: tuple[str, ...],
+             fingerprint_id: str | None, store_url: str | None, catalog_url: str | None, no_catalog: bool,
+             as_json: bool) -> None:
+    """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
+    from ..manifest import manifest_key
+
+    config = _load_config(config_path)
+    assert config is not None
+    names = [backend] if backend else sorted({b for m in config.models for b in m.backends})
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        fp_id = fingerprint_id or _local_toolchain(config, name, pairs, device)[1].id
+        entries = config.entries({name})
+        if no_catalog:
+            store = _store(store_url, config)
+            built = {e.spec.key for e in entries if store.exists(manifest_key(fp_id, e.spec.key))}
+        else:
+            built = set(_catalog(catalog_url, config).lookup(fp_id, [e.spec.key for e in entries]))
+        rows += [{"backend": name, "fingerprint_id": fp_id, "key": e.spec.key, "entry": e.spec.label(),
+                  "built": e.spec.key in built} for e in entries]
+    missing = [r for r in rows if not r["built"]]
+    if as_json:
+        click.echo(json.dumps({"entries": rows, "missing": len(missing)}))
+    else:
+        for r in rows:
+            state = "built  " if r["built"] else "MISSING"
+            click.echo(f"{state}  {r['fingerprint_id']}  {r['key'][:12]}  {r['entry']}")
+    _say(f"coverage: {len(rows) - len(missing)}/{len(rows)} entries built")
+    if missing:
+        sys.exit(1)
+
+
+@cli.command()
+@store_option
+@click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
+@json_option
+def verify(store_url: str | None, deep: bool, as_json: bool) -> None:
+    """Check that every manifest's blobs exist (and with --deep, match their digests)."""
+    from ..gc import read_manifests
+    from ..verify import verify_store
+
+    store = _store(store_url, None)
+    manifests = read_manifests(store)
+    problems = list(verify_store(store, manifests, deep=deep))
+    if as_json:
+        click.echo(json.dumps({"manifests": len(manifests), "problems": [p.__dict__ for p in problems]}))
+    for p in problems:
+        click.echo(f"BAD  {p.key}: {p.what}")
+    _say(f"verify: {len(manifests)} manifests, {len(problems)} problems")
+    if problems:
+        sys.exit(1)
+
+
+@cli.command()
+@store_option
+@click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
+@click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
+def gc(store_url: str | None, drop: tuple[str, ...], execute: bool) -> None:
+    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
+    from ..gc import plan_gc, read_manifests, run_gc
+
+    store = _store(store_url, None)
+    plan = plan_gc(read_manifests(store), store.list("blobs/"), set(drop))
+    for key in plan.delete_manifests + plan.delete_blobs:
+        click.echo(f"{'delete' if execute else 'would delete'}  {key}")
+    for key in plan.unreadable:
+        _say(f"warning: unreadable manifest kept: {key}")
+    if execute:
+        run_gc(store, plan)
+    _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
+         f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept")
+
+
+@cli.command()
+@catalog_option
+@json_option
+def stats(catalog_url: str | None, as_json: bool) -> None:
+    """Entries and sizes per toolchain (from the catalog)."""
+    rows = _catalog(catalog_url, None).fingerprints()
+    if as_json:
+        click.echo(_rows_json(rows))
+        return
+    for r in rows:
+        click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.total_size / 1e6:10.1f} MB")

@@ -1,0 +1,123 @@
+"""Which manifests a host wants: by entry names (config or lockfile) or by listing its toolchain's dir.
+
+All of it works from the store alone: the boot path never needs the catalog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UsageError
+from ..fingerprint import Fingerprint
+from ..fsutil import atomic_write_bytes
+from ..manifest import KIND_ENTRY, Manifest, manifest_key, manifest_prefix
+from ..stores.base import Store
+
+LOCK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    digest: str | None = None      # set when a lockfile pins exact bytes
+
+
+def _get(store: Store, fp_id: str, pin: Pin) -> Manifest | None:
+    key = manifest_key(fp_id, pin.name)
+    try:
+        data = store.get_bytes(key)
+    except ObjectNotFound:
+        return None
+    if pin.digest and hashlib.sha256(data).hexdigest() != pin.digest:
+        raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile")
+    return Manifest.from_bytes(data, source=f"{store.url}/{key}")
+
+
+def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin]) -> tuple[list[Manifest], list[str]]:
+    """(found, missing names); manifests of another toolchain are refused, never used."""
+    pins = list(pins)
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda p: _get(store, fingerprint.id, p), pins))
+    found: list[Manifest] = []
+    missing: list[str] = []
+    for pin, m in zip(pins, results, strict=True):
+        if m is None:
+            missing.append(pin.name)
+            continue
+        require_toolchain(m, fingerprint)
+        found.append(m)
+    return found, missing
+
+
+def require_toolchain(m: Manifest, local: Fingerprint) -> None:
+    if m.fingerprint.id != local.id:
+        diff = ", ".join(f"{k}: {a} (artifact) vs {b} (host)" for k, (a, b) in m.fingerprint.diff(local).items())
+        raise ToolchainMismatch(f"manifest {m.name} was built for another toolchain ({diff or m.fingerprint.id})")
+
+
+def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None) -> list[Manifest]:
+    """Every entry manifest published for this toolchain (optionally only some models)."""
+    names = [k.rsplit("/", 1)[-1].removesuffix(".json") for k in store.list(manifest_prefix(fingerprint.id))
+             if k.endswith(".json")]
+    found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names])
+    entries = [m for m in found if m.kind == KIND_ENTRY]
+    if models:
+        entries = [m for m in entries if m.spec and m.spec.model in models]
+    return sorted(entries, key=lambda m: m.name)
+
+
+def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest]) -> list[Manifest]:
+    """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error)."""
+    have = {m.name for m in manifests}
+    needed = sorted({r for m in manifests for r in m.requires} - have)
+    shared, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in needed])
+    return manifests + shared
+
+
+def other_toolchains(store: Store, backend: str, local: Fingerprint, limit: int = 3) -> list[str]:
+    """For a miss: which published toolchains of this backend exist, and how each differs from this host."""
+    fp_ids = sorted({k.split("/")[1] for k in store.list("manifests/") if k.count("/") >= 2} - {local.id})
+    lines: list[str] = []
+    for fp_id in fp_ids:
+        key = next((k for k in store.list(manifest_prefix(fp_id)) if k.endswith(".json")), None)
+        if key is None:
+            continue
+        try:
+            m = Manifest.from_bytes(store.get_bytes(key), source=key)
+        except (ManifestError, ObjectNotFound):
+            continue
+        if m.fingerprint.backend != backend:
+            continue
+        diff = ", ".join(f"{k}={a!r} (host {b!r})" for k, (a, b) in m.fingerprint.diff(local).items())
+        lines.append(f"{fp_id}: {diff}")
+        if len(lines) >= limit:
+            break
+    return lines
+
+
+# --- lockfiles ---------------------------------------------------------------------------------------
+
+
+def write_lockfile(path: Path, backend: str, fingerprint: Fingerprint, manifests: list[Manifest]) -> None:
+    doc = {"version": LOCK_VERSION, "backend": backend, "fingerprint_id": fingerprint.id,
+           "manifests": [{"name": m.name, "digest": m.digest} for m in manifests]}
+    atomic_write_bytes(path, json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+
+
+def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
+    """(backend, fingerprint id, pins)."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("version") != LOCK_VERSION:
+            raise UsageError(f"{path}: unknown lockfile version {doc.get('version')!r}")
+        pins = [Pin(str(m["name"]), str(m["digest"])) for m in doc["manifests"]]
+        return str(doc["backend"]), str(doc["fingerprint_id"]), pins
+    except FileNotFoundError:
+        raise UsageError(f"lockfile {path} does not exist", "create one with `cachekeeper lock`") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path}: malformed lockfile ({exc})", "recreate it with `cachekeeper lock`") from None

@@ -1,0 +1,282 @@
+"""`gs://bucket/prefix` store on google-cloud-storage.
+
+Credentials are Application Default Credentials; with `STORAGE_EMULATOR_HOST` set (fake-gcs-server)
+the client is anonymous. Immutability is `if_generation_match=0`: the server refuses to create a
+generation when one exists, so racing writers get exactly one winner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, NoReturn, cast
+
+import requests
+import urllib3.exceptions
+from google.api_core import exceptions as api_exceptions
+from google.api_core.retry import Retry
+from google.auth import exceptions as auth_exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+from google.cloud.storage import exceptions as storage_exceptions
+from google.cloud.storage.retry import _should_retry
+
+from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
+from .base import Store, check_key
+
+# Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
+# a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
+SIMPLE_UPLOAD_MAX = 8 << 20
+CHUNK_SIZE = 16 << 20
+TIMEOUT = (3.0, 60.0)  # (connect, read) seconds: a dead endpoint fails in seconds, a slow read does not
+
+_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError, auth_exceptions.TransportError,
+)
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and what it wraps (requests -> urllib3 -> socket), a bounded walk."""
+    seen: list[BaseException] = []
+    todo: list[BaseException] = [exc]
+    while todo and len(seen) < 16:
+        e = todo.pop()
+        if any(e is s for s in seen):
+            continue
+        seen.append(e)
+        yield e
+        for nxt in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+
+
+def _nothing_listens(exc: BaseException) -> bool:
+    """Refused connections and unknown hosts will not heal within a retry budget: fail at once."""
+    return any(isinstance(e, ConnectionRefusedError | socket.gaierror)
+               or type(e).__name__ == "NameResolutionError" for e in _causes(exc))
+
+
+def _retryable(exc: BaseException) -> bool:
+    return bool(_should_retry(exc)) and not _nothing_listens(exc)
+
+
+# The library's default retries for two minutes; a cache that cannot answer in ~20 s should degrade
+# to compiling instead.
+RETRY = Retry(predicate=_retryable, initial=0.25, maximum=4.0, multiplier=2.0, timeout=20.0)
+
+
+class _CountingWriter:
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.count = 0
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.count += len(data)
+        return len(data)
+
+
+class GCSStore(Store):
+    simple_upload_max = SIMPLE_UPLOAD_MAX
+    chunk_size = CHUNK_SIZE
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        if not bucket:
+            raise StoreNotFound("gs:// URL names no bucket", "use gs://bucket/prefix")
+        self.bucket_name = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
+        self._client_obj: storage.Client | None = None
+        self._client_lock = threading.Lock()
+        self._bucket_seen = False
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _client(self) -> storage.Client:
+        if self._client_obj is None:
+            with self._client_lock:
+                if self._client_obj is None:
+                    with self._errors():
+                        self._client_obj = self._make_client()
+        return self._client_obj
+
+    @staticmethod
+    def _make_client() -> storage.Client:
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "test"
+            client = storage.Client(credentials=AnonymousCredentials(), project=project)  # type: ignore[no-untyped-call]
+        else:
+            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+        # requests pools 10 connections per host by default; hydrate fetches with up to 32 threads.
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        client._http.mount("https://", adapter)
+        client._http.mount("http://", adapter)
+        return client
+
+    def _bucket(self) -> storage.Bucket:
+        return self._client().bucket(self.bucket_name)
+
+    def _blob(self, key: str) -> storage.Blob:
+        check_key(key)
+        name = f"{self.prefix}/{key}" if self.prefix else key
+        return self._bucket().blob(name)
+
+    def _where(self, key: str | None) -> str:
+        return f"{self.url}/{key}" if key else self.url
+
+    def _not_found(self) -> StoreNotFound:
+        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})")
+
+    def _raise(self, exc: BaseException, key: str | None) -> NoReturn:
+        where = self._where(key)
+        if isinstance(exc, api_exceptions.RetryError) and exc.cause is not None:
+            self._raise(exc.cause, key)
+        if isinstance(exc, auth_exceptions.DefaultCredentialsError):
+            raise StoreAuthError(f"{where}: no Google credentials found (Application Default Credentials)") from None
+        if isinstance(exc, auth_exceptions.RefreshError | api_exceptions.Unauthorized | api_exceptions.Forbidden):
+            raise StoreAuthError(f"{where}: access denied ({type(exc).__name__})") from None
+        if isinstance(exc, _NETWORK_ERRORS):
+            raise StoreUnreachable(f"{where}: cannot reach the GCS endpoint ({type(exc).__name__})") from None
+        if isinstance(exc, api_exceptions.GoogleAPICallError):
+            raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0]) from None
+        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+
+    @contextlib.contextmanager
+    def _errors(self, key: str | None = None) -> Iterator[None]:
+        """Translate google/requests failures into cachekeeper errors naming the URL."""
+        try:
+            yield
+        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, storage_exceptions.InvalidResponse,
+                storage_exceptions.DataCorruption, *_NETWORK_ERRORS) as exc:
+            self._raise(exc, key)
+
+    def _bucket_exists(self) -> bool:
+        """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember."""
+        if not self._bucket_seen:
+            with self._errors():
+                self._bucket_seen = bool(self._bucket().exists(timeout=TIMEOUT, retry=RETRY))
+        return self._bucket_seen
+
+    def _missing(self, key: str) -> NoReturn:
+        if not self._bucket_exists():
+            raise self._not_found()
+        raise ObjectNotFound(f"{self._where(key)} not found")
+
+    # --- Store API -------------------------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                # A retried request whose first attempt landed also reads as 412 (False); objects are
+                # content-addressed, so that is harmless.
+                blob.upload_from_string(data, content_type="application/octet-stream", if_generation_match=0,
+                                        timeout=TIMEOUT, retry=RETRY)
+            except api_exceptions.PreconditionFailed:
+                return False
+            except api_exceptions.NotFound:
+                raise self._not_found() from None
+        return True
+
+    def put_file(self, key: str, path: Path) -> bool:
+        blob = self._blob(key)
+        resumable = path.stat().st_size > self.simple_upload_max
+        if resumable:
+            # fake-gcs-server ignores ifGenerationMatch on resumable uploads, so check first. Real GCS
+            # honours it at finalize; against the emulator two writers racing here can both "win" (the
+            # last one's bytes stay) — harmless for content-addressed blobs, which is all we put_file.
+            if self.size(key) is not None:
+                return False
+            blob.chunk_size = self.chunk_size
+        with self._errors(key):
+            try:
+                blob.upload_from_filename(str(path), content_type="application/octet-stream",
+                                          if_generation_match=0, timeout=TIMEOUT, retry=RETRY)
+            except api_exceptions.PreconditionFailed:
+                return False
+            except api_exceptions.NotFound:
+                raise self._not_found() from None
+        return True
+
+    def get_bytes(self, key: str) -> bytes:
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                return cast(bytes, blob.download_as_bytes(timeout=TIMEOUT, retry=RETRY))
+            except api_exceptions.NotFound:
+                self._missing(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            if self.size(key) is None:
+                self._missing(key)
+            return b""
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                # `end` is inclusive.
+                return cast(bytes, blob.download_as_bytes(start=start, end=start + length - 1,
+                                                          timeout=TIMEOUT, retry=RETRY))
+            except api_exceptions.RequestRangeNotSatisfiable:
+                return b""  # starts at or past the end (also any range of an empty object)
+            except api_exceptions.NotFound:
+                self._missing(key)
+
+    def download(self, key: str, out: BinaryIO) -> int:
+        blob = self._blob(key)
+        writer = _CountingWriter(out)
+        with self._errors(key):
+            try:
+                blob.download_to_file(writer, timeout=TIMEOUT, retry=RETRY)
+            except api_exceptions.NotFound:
+                self._missing(key)
+        return writer.count
+
+    def size(self, key: str) -> int | None:
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                blob.reload(projection="noAcl", timeout=TIMEOUT, retry=RETRY)
+            except api_exceptions.NotFound:
+                if not self._bucket_exists():
+                    raise self._not_found() from None
+                return None
+        return None if blob.size is None else int(blob.size)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        with self._errors():
+            try:
+                blobs = self._client().list_blobs(self.bucket_name, prefix=base + prefix,
+                                                  fields="items(name),nextPageToken",
+                                                  timeout=TIMEOUT, retry=RETRY)
+                for blob in blobs:
+                    yield str(blob.name)[len(base):]
+            except api_exceptions.NotFound:
+                raise self._not_found() from None
+
+    def delete(self, key: str) -> None:
+        blob = self._blob(key)
+        with self._errors(key):
+            try:
+                blob.delete(timeout=TIMEOUT, retry=RETRY)
+            except api_exceptions.NotFound:
+                if not self._bucket_exists():
+                    raise self._not_found() from None
+
+    def check(self) -> None:
+        # Listing needs only storage.objects.list, which every reader has; bucket metadata may be denied.
+        next(self.list(), None)
+        self._bucket_seen = True
+
+    def close(self) -> None:
+        with self._client_lock:
+            client, self._client_obj = self._client_obj, None
+        if client is not None:
+            client.close()

@@ -1,0 +1,345 @@
+"""`s3://bucket/prefix` store on boto3: AWS S3 and S3-compatible servers (SeaweedFS, MinIO, R2).
+
+Credentials, profiles and `AWS_ENDPOINT_URL(_S3)` are boto3's own resolution. Immutability is
+`IfNoneMatch='*'` on PutObject and CompleteMultipartUpload, so two writers racing for one key get
+exactly one winner. boto3 is imported here only, so a `file://` user never pays for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, BinaryIO, Literal, NoReturn, cast
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+
+from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
+from ..fsutil import CHUNK
+from .base import Store, check_key
+
+DEFAULT_REGION = "us-east-1"
+
+# Credential problems botocore reports before any request is sent.
+_CREDENTIAL_ERRORS: tuple[type[Exception], ...] = (
+    NoCredentialsError, PartialCredentialsError, ProfileNotFound,
+)
+_AUTH_CODES = frozenset({
+    "403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "TokenRefreshRequired", "AuthorizationHeaderMalformed",
+})
+_CHECKSUM_FIELDS = ("ChecksumCRC32", "ChecksumCRC32C", "ChecksumCRC64NVME", "ChecksumSHA1", "ChecksumSHA256")
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _is_not_found(exc: ClientError) -> bool:
+    return _status(exc) == 404 or _code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchBucket")
+
+
+def _addressing_style() -> Literal["auto", "virtual", "path"]:
+    """Path-style for emulators: their buckets are not DNS names under the endpoint's host."""
+    forced = os.environ.get("CACHEKEEPER_S3_ADDRESSING_STYLE", "").strip().lower()
+    if forced == "path":
+        return "path"
+    if forced == "virtual":
+        return "virtual"
+    if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+        return "path"
+    return "auto"
+
+
+def _client_config() -> Config:
+    # Fail fast on a dead endpoint (a few seconds, not botocore's minute), keep modest retries for
+    # throttling, and allow as many pooled connections as the hydrate client runs fetch threads.
+    return Config(
+        connect_timeout=3,
+        read_timeout=60,
+        retries={"max_attempts": 3, "mode": "standard"},
+        max_pool_connections=32,
+        s3={"addressing_style": _addressing_style()},
+    )
+
+
+class S3Store(Store):
+    multipart_threshold = 16 << 20
+    part_size = 8 << 20
+    upload_threads = 4  # parts in flight (and in memory) per put_file
+    max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        if not bucket:
+            raise StoreNotFound("s3:// URL names no bucket", "use s3://bucket/prefix")
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client_obj: Any = None
+        self._client_lock = threading.Lock()
+        self._bucket_seen = False
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        # boto3 sessions are not thread-safe but clients are: build one client once, under a lock.
+        if self._client_obj is None:
+            with self._client_lock:
+                if self._client_obj is None:
+                    with self._errors():
+                        session = boto3.session.Session()
+                        region = session.region_name or DEFAULT_REGION
+                        self._client_obj = session.client("s3", region_name=region, config=_client_config())
+        return self._client_obj
+
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _where(self, key: str | None) -> str:
+        return f"{self.url}/{key}" if key else self.url
+
+    def _raise(self, exc: Exception, key: str | None = None) -> NoReturn:
+        where = self._where(key)
+        if isinstance(exc, _CREDENTIAL_ERRORS):
+            raise StoreAuthError(f"{where}: no usable AWS credentials ({exc})") from None
+        if isinstance(exc, NoRegionError):
+            raise StoreError(f"{where}: no AWS region configured", "set AWS_DEFAULT_REGION") from None
+        if isinstance(exc, HTTPClientError):  # refused, timed out, reset, DNS
+            raise StoreUnreachable(f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})") from None
+        if isinstance(exc, ClientError):
+            code, status = _code(exc), _status(exc)
+            if code in _AUTH_CODES or status == 403:
+                raise StoreAuthError(f"{where}: access denied ({code or status})") from None
+            if code == "NoSuchBucket":
+                raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})") from None
+            raise StoreError(f"{where}: S3 error {code or status}") from None
+        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+
+    @contextlib.contextmanager
+    def _errors(self, key: str | None = None) -> Iterator[None]:
+        """Translate botocore failures into cachekeeper errors naming the URL."""
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            self._raise(exc, key)
+
+    def _bucket_exists(self) -> bool:
+        """A bare 404 does not say whether the key or the bucket is missing; ask once and remember."""
+        if self._bucket_seen:
+            return True
+        try:
+            self._client().head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _is_not_found(exc):
+                return False
+            if not (_code(exc) in _AUTH_CODES or _status(exc) == 403):
+                raise
+            # No ListBucket permission: the object request already got past auth, so the bucket is there.
+        self._bucket_seen = True
+        return True
+
+    def _missing(self, key: str) -> NoReturn:
+        with self._errors(key):
+            exists = self._bucket_exists()
+        if not exists:
+            raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})")
+        raise ObjectNotFound(f"{self._where(key)} not found")
+
+    def _head(self, key: str) -> int | None:
+        with self._errors(key):
+            try:
+                resp = self._client().head_object(Bucket=self.bucket, Key=self._key(key))
+            except ClientError as exc:
+                if _is_not_found(exc):
+                    return None
+                raise
+        return int(resp["ContentLength"])
+
+    def _conditional(self, key: str, write: Callable[[], object]) -> bool:
+        """Run a write carrying IfNoneMatch='*'; False if the key already exists.
+
+        A 409 ConditionalRequestConflict means another conditional write to the key is in flight: wait
+        for its object and report the loss, or try again if it failed. A retried request whose first
+        attempt landed also reads as 412 (False); objects are content-addressed, so that is harmless.
+        """
+        for _ in range(4):
+            with self._errors(key):
+                try:
+                    write()
+                    return True
+                except ClientError as exc:
+                    if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
+                        return False
+                    if _status(exc) != 409 and _code(exc) != "ConditionalRequestConflict":
+                        raise
+            for delay in (0.1, 0.2, 0.4, 0.8):
+                if self._head(key) is not None:
+                    return False
+                time.sleep(delay)
+        raise StoreError(f"{self._where(key)}: conditional writes kept conflicting")
+
+    # --- Store API -------------------------------------------------------------------------------
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        k = self._key(key)
+        return self._conditional(key, lambda: self._client().put_object(
+            Bucket=self.bucket, Key=k, Body=data, IfNoneMatch="*"))
+
+    def put_file(self, key: str, path: Path) -> bool:
+        k = self._key(key)
+        size = path.stat().st_size
+        if size <= self.multipart_threshold:
+            def put() -> None:
+                with open(path, "rb") as f:  # botocore streams (and rewinds on retry) a file body
+                    self._client().put_object(Bucket=self.bucket, Key=k, Body=f, IfNoneMatch="*")
+            return self._conditional(key, put)
+        # Skip uploading gigabytes that would lose anyway; the conditional complete settles races.
+        if self._head(key) is not None:
+            return False
+        return self._put_multipart(key, path, size)
+
+    def _put_multipart(self, key: str, path: Path, size: int) -> bool:
+        k = self._key(key)
+        client = self._client()
+        with self._errors(key):
+            upload_id = str(client.create_multipart_upload(Bucket=self.bucket, Key=k)["UploadId"])
+        won = False
+        try:
+            parts = self._upload_parts(key, upload_id, path, size)
+            won = self._conditional(key, lambda: client.complete_multipart_upload(
+                Bucket=self.bucket, Key=k, UploadId=upload_id, IfNoneMatch="*",
+                MultipartUpload={"Parts": parts}))
+            return won
+        finally:
+            if not won:  # a lost race or a failure: do not leave billed, invisible parts behind
+                with contextlib.suppress(BotoCoreError, ClientError):
+                    client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload_id)
+
+    def _upload_parts(self, key: str, upload_id: str, path: Path, size: int) -> list[dict[str, Any]]:
+        part_size = max(self.part_size, -(-size // self.max_parts))
+        offsets = range(0, size, part_size)
+        # Each worker reads its own slice, so at most `upload_threads` parts sit in memory.
+        with ThreadPoolExecutor(self.upload_threads, thread_name_prefix="ck-s3-part") as pool:
+            futures: list[Future[dict[str, Any]]] = [
+                pool.submit(self._upload_part, key, upload_id, path, n, off, min(part_size, size - off))
+                for n, off in enumerate(offsets, start=1)
+            ]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+
+    def _upload_part(self, key: str, upload_id: str, path: Path, number: int, offset: int,
+                     length: int) -> dict[str, Any]:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        with self._errors(key):
+            resp = self._client().upload_part(Bucket=self.bucket, Key=self._key(key), UploadId=upload_id,
+                                              PartNumber=number, Body=data)
+        # Pass the per-part checksums botocore computed on to the complete call, as AWS requires then.
+        part: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"]}
+        part.update({name: resp[name] for name in _CHECKSUM_FIELDS if name in resp})
+        return part
+
+    def get_bytes(self, key: str) -> bytes:
+        k = self._key(key)
+        with self._errors(key):
+            try:
+                resp = self._client().get_object(Bucket=self.bucket, Key=k)
+            except ClientError as exc:
+                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
+                    self._missing(key)
+                raise
+            return cast(bytes, resp["Body"].read())
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        k = self._key(key)
+        if length <= 0:
+            if self._head(key) is None:
+                self._missing(key)
+            return b""
+        with self._errors(key):
+            try:
+                resp = self._client().get_object(Bucket=self.bucket, Key=k,
+                                                 Range=f"bytes={start}-{start + length - 1}")
+            except ClientError as exc:
+                if _status(exc) == 416 or _code(exc) == "InvalidRange":
+                    return b""  # starts at or past the end (S3 also says this for any range of an empty object)
+                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
+                    self._missing(key)
+                raise
+            return cast(bytes, resp["Body"].read())
+
+    def download(self, key: str, out: BinaryIO) -> int:
+        k = self._key(key)
+        n = 0
+        with self._errors(key):
+            try:
+                resp = self._client().get_object(Bucket=self.bucket, Key=k)
+            except ClientError as exc:
+                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
+                    self._missing(key)
+                raise
+            for chunk in resp["Body"].iter_chunks(CHUNK):
+                out.write(chunk)
+                n += len(chunk)
+        return n
+
+    def size(self, key: str) -> int | None:
+        n = self._head(key)
+        if n is None and not self._bucket_seen:
+            with self._errors(key):
+                if not self._bucket_exists():
+                    raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})")
+        return n
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        paginator = self._client().get_paginator("list_objects_v2")
+        with self._errors():
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+                for obj in page.get("Contents", ()):
+                    yield str(obj["Key"])[len(base):]
+
+    def delete(self, key: str) -> None:
+        k = self._key(key)
+        with self._errors(key):
+            self._client().delete_object(Bucket=self.bucket, Key=k)  # S3 answers 204 for a missing key
+
+    def check(self) -> None:
+        with self._errors():
+            try:
+                self._client().head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if _is_not_found(exc):
+                    raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})") from None
+                raise
+        self._bucket_seen = True
+
+    def close(self) -> None:
+        with self._client_lock:
+            client, self._client_obj = self._client_obj, None
+        if client is not None:
+            client.close()

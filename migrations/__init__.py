@@ -1,0 +1,1 @@
+"""Alembic scripts for the catalog, shipped inside the wheel as `cachekeeper._migrations`."""

@@ -1,0 +1,104 @@
+"""Publishing: blobs first, then the manifest; small files packed, identical files stored once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cachekeeper import snapshot
+from cachekeeper.errors import ManifestError, UnsafePath
+from cachekeeper.manifest import Manifest, blob_key
+from cachekeeper.publish import publish
+from cachekeeper.stores.memory import MemoryStore
+
+from .helpers import fingerprint, spec, write_tree
+
+
+def _keep_all(root: str, rel: str) -> bool:
+    return not rel.endswith(".lock")
+
+
+def test_thousands_of_small_files_become_a_handful_of_objects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snapshot, "PACK_TARGET", 256 << 10)
+    files = {f"{i % 16:02x}/{i:04d}.neff": bytes([i % 251]) * 1000 + str(i).encode() for i in range(2000)}
+    root = write_tree(tmp_path / "cache", files)
+    store = MemoryStore()
+    result = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": root}, include=_keep_all)
+    blobs = [k for k in store.objects if k.startswith("blobs/")]
+    assert len(result.manifest.files) == 2000
+    assert 5 <= len(blobs) <= 10  # ~2 MB in 256 KiB packs
+    assert all(b.packed for b in result.manifest.blobs)
+
+
+def test_large_files_are_their_own_blob_named_by_their_sha256(tmp_path: Path) -> None:
+    big = b"x" * (snapshot.SMALL_FILE + 1)
+    root = write_tree(tmp_path / "cache", {"big.bin": big, "small": b"s"})
+    store = MemoryStore()
+    m = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": root}, include=_keep_all).manifest
+    rec = next(f for f in m.files if f.path == "big.bin")
+    assert rec.blob == rec.sha256 and store.objects[blob_key(rec.blob)] == big
+
+
+def test_identical_files_are_stored_once(tmp_path: Path) -> None:
+    payload = b"y" * (snapshot.SMALL_FILE + 10)
+    root = write_tree(tmp_path / "cache", {"a.bin": payload, "b/c.bin": payload})
+    store = MemoryStore()
+    m = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": root}, include=_keep_all).manifest
+    assert len(m.files) == 2 and len(m.blobs) == 1
+
+
+def test_the_manifest_is_written_after_its_blobs_and_the_first_writer_wins(tmp_path: Path) -> None:
+    store = MemoryStore()
+    order: list[str] = []
+    original = store.put_bytes
+    store.put_bytes = lambda key, data: (order.append(key.split("/")[0]), original(key, data))[1]  # type: ignore[method-assign]
+    first = write_tree(tmp_path / "a", {"f": b"first build"})
+    second = write_tree(tmp_path / "b", {"f": b"second build, other bytes"})
+    r1 = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": first}, include=_keep_all)
+    r2 = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": second}, include=_keep_all)
+    assert order[-1] == "manifests" and order.index("manifests") > order.index("blobs")
+    assert r1.created and not r2.created
+    assert r2.manifest.digest == r1.manifest.digest  # the racing builder adopts the published one
+
+
+def test_shared_roots_become_one_manifest_per_toolchain(tmp_path: Path) -> None:
+    store = MemoryStore()
+    for i, model in enumerate(["m1", "m2"]):
+        roots = {"cache": write_tree(tmp_path / f"c{i}", {"k": model.encode()}),
+                 "shared": write_tree(tmp_path / f"s{i}", {"header.gch": f"bytes differ {i}".encode()})}
+        m = publish(store, fingerprint=fingerprint(), spec=spec(model), roots=roots, include=_keep_all,
+                    shared_roots=frozenset({"shared"})).manifest
+        assert len(m.requires) == 1 and all(f.root == "cache" for f in m.files)
+    shared = [k for k in store.objects if k.startswith("manifests/") and "/shared-" in k]
+    assert len(shared) == 1  # the second entry reused the first upload
+
+
+def test_manifest_roundtrip_keeps_its_digest(tmp_path: Path) -> None:
+    store = MemoryStore()
+    root = write_tree(tmp_path / "c", {"a": b"1", "b/c": b"22"})
+    m = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": root}, include=_keep_all).manifest
+    again = Manifest.from_bytes(store.objects[m.key])
+    assert again == m and again.digest == m.digest
+
+
+@pytest.mark.parametrize("path", ["../escape", "/abs", "a/../../b", "x\x00y"])
+def test_a_manifest_with_a_hostile_path_is_refused_at_parse(tmp_path: Path, path: str) -> None:
+    store = MemoryStore()
+    m = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": write_tree(tmp_path, {"a": b"1"})},
+                include=_keep_all).manifest
+    raw = m.to_bytes().replace(b'"path":"a"', b'"path":' + json.dumps(path).encode())
+    with pytest.raises(UnsafePath):
+        Manifest.from_bytes(raw)
+
+
+def test_a_manifest_whose_slice_overruns_its_blob_is_refused(tmp_path: Path) -> None:
+    store = MemoryStore()
+    m = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": write_tree(tmp_path, {"a": b"1"})},
+                include=_keep_all).manifest
+    doc = m.to_dict()
+    doc["files"][0]["size"] = 99
+    with pytest.raises(ManifestError, match="outside its blob"):
+        Manifest.from_bytes(json.dumps(doc).encode())
+        Manifest.from_bytes(raw)

@@ -1,0 +1,227 @@
+"""The contract every store passes (stores/base.py). A test module subclasses `StoreConformance` and
+provides `store`: a fresh, empty store. Names state the behaviour; each test checks one promise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachekeeper.errors import ObjectNotFound, UnsafePath
+from cachekeeper.stores import Store
+
+LARGE = 20 << 20  # above the S3/GCS single-request thresholds, so put_file takes the streaming path
+
+BINARY = bytes(range(256)) * 17 + b"\x00\r\n\xff"
+
+
+class _Recorder:
+    """An `out` for download() that remembers each write, to show the download came in pieces."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.writes: list[int] = []
+
+    def write(self, data: bytes) -> int:
+        self.h.update(data)
+        self.writes.append(len(data))
+        return len(data)
+
+
+def _invalid_key_ops(tmp: Path) -> dict[str, Callable[[Store, str], Any]]:
+    src = tmp / "src"
+    src.write_bytes(b"x")
+    return {
+        "put_bytes": lambda s, k: s.put_bytes(k, b"x"),
+        "put_file": lambda s, k: s.put_file(k, src),
+        "get_bytes": lambda s, k: s.get_bytes(k),
+        "get_range": lambda s, k: s.get_range(k, 0, 1),
+        "download": lambda s, k: s.download(k, _Recorder()),  # type: ignore[arg-type]
+        "size": lambda s, k: s.size(k),
+        "exists": lambda s, k: s.exists(k),
+        "delete": lambda s, k: s.delete(k),
+    }
+
+
+class StoreConformance:
+    # The test-only memory store writes a download in one piece; every real store must stream.
+    streams_downloads = True
+    # Operations a store is known not to validate keys for (a strict xfail: fixing the store fails it).
+    unvalidated_key_ops: frozenset[str] = frozenset()
+
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        raise NotImplementedError("a concrete test class provides a fresh, empty store")
+
+    @pytest.fixture
+    def large_file(self, tmp_path: Path) -> Path:
+        path = tmp_path / "large.bin"
+        path.write_bytes(random.Random(7).randbytes(LARGE))
+        return path
+
+    # --- put / get -------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("data", [b"hello", b"", BINARY], ids=["text", "empty", "binary"])
+    def test_put_bytes_then_get_bytes_returns_the_same_bytes(self, store: Store, data: bytes) -> None:
+        assert store.put_bytes("blobs/obj", data) is True
+        assert store.get_bytes("blobs/obj") == data
+
+    def test_put_file_then_get_bytes_returns_the_file_contents(self, store: Store, tmp_path: Path) -> None:
+        src = tmp_path / "f.bin"
+        src.write_bytes(BINARY)
+        assert store.put_file("blobs/f", src) is True
+        assert store.get_bytes("blobs/f") == BINARY
+
+    def test_put_bytes_of_an_existing_key_returns_false_and_keeps_the_first_bytes(self, store: Store) -> None:
+        store.put_bytes("k", b"first")
+        assert store.put_bytes("k", b"second") is False
+        assert store.get_bytes("k") == b"first"
+
+    def test_put_file_of_an_existing_key_returns_false_and_keeps_the_first_bytes(
+            self, store: Store, tmp_path: Path) -> None:
+        src = tmp_path / "second"
+        src.write_bytes(b"second")
+        store.put_bytes("k", b"first")
+        assert store.put_file("k", src) is False
+        assert store.get_bytes("k") == b"first"
+
+    def test_eight_racing_puts_of_one_key_have_one_winner_whose_bytes_are_stored(self, store: Store) -> None:
+        payloads = [bytes([i]) * 4096 for i in range(8)]
+        results: list[bool | BaseException] = [False] * 8
+        barrier = threading.Barrier(8)
+
+        def writer(i: int) -> None:
+            barrier.wait()
+            try:
+                results[i] = store.put_bytes("race/key", payloads[i])
+            except BaseException as exc:  # surfaced by the assertion below, not lost in the thread
+                results[i] = exc
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(isinstance(r, bool) for r in results), results
+        assert results.count(True) == 1
+        assert store.get_bytes("race/key") == payloads[results.index(True)]
+
+    @pytest.mark.parametrize("read", ["get_bytes", "get_range", "download"])
+    def test_reading_a_missing_key_raises_object_not_found(self, store: Store, read: str) -> None:
+        calls: dict[str, Callable[[], object]] = {
+            "get_bytes": lambda: store.get_bytes("no/such"),
+            "get_range": lambda: store.get_range("no/such", 0, 10),
+            "download": lambda: store.download("no/such", _Recorder()),  # type: ignore[arg-type]
+        }
+        with pytest.raises(ObjectNotFound):
+            calls[read]()
+
+    # --- ranges ----------------------------------------------------------------------------------
+
+    def test_get_range_returns_bytes_from_the_middle(self, store: Store) -> None:
+        store.put_bytes("r", b"0123456789")
+        assert store.get_range("r", 2, 5) == b"23456"
+
+    def test_get_range_at_the_tail_returns_only_the_remaining_bytes(self, store: Store) -> None:
+        store.put_bytes("r", b"0123456789")
+        assert store.get_range("r", 7, 100) == b"789"
+
+    def test_get_range_past_the_end_returns_nothing(self, store: Store) -> None:
+        store.put_bytes("r", b"0123456789")
+        assert store.get_range("r", 10, 5) == b""
+        assert store.get_range("r", 50, 5) == b""
+
+    def test_get_range_of_an_empty_object_returns_nothing(self, store: Store) -> None:
+        store.put_bytes("empty", b"")
+        assert store.get_range("empty", 0, 10) == b""
+
+    # --- large objects ---------------------------------------------------------------------------
+
+    def test_a_large_file_round_trips_through_put_file_and_a_streamed_download(
+            self, store: Store, large_file: Path) -> None:
+        data = large_file.read_bytes()
+        assert store.put_file("big/obj", large_file) is True
+        assert store.size("big/obj") == LARGE
+        out = _Recorder()
+        assert store.download("big/obj", out) == LARGE  # type: ignore[arg-type]
+        assert out.h.hexdigest() == hashlib.sha256(data).hexdigest()
+        if self.streams_downloads:
+            assert max(out.writes) < LARGE, "download wrote the object in one piece: it did not stream"
+        mid = (8 << 20) - 100  # straddles an 8 MiB part/chunk boundary
+        assert store.get_range("big/obj", mid, 300) == data[mid:mid + 300]
+
+    def test_put_file_of_an_existing_large_key_returns_false_and_keeps_the_first_bytes(
+            self, store: Store, large_file: Path) -> None:
+        store.put_bytes("big/obj", b"first")
+        assert store.put_file("big/obj", large_file) is False
+        assert store.get_bytes("big/obj") == b"first"
+
+    # --- size / exists / list / delete -----------------------------------------------------------
+
+    def test_size_and_exists_describe_stored_and_missing_keys(self, store: Store) -> None:
+        store.put_bytes("a/b", b"12345")
+        store.put_bytes("a/empty", b"")
+        assert store.size("a/b") == 5
+        assert store.size("a/empty") == 0
+        assert store.size("a/missing") is None
+        assert store.exists("a/b") is True
+        assert store.exists("a/missing") is False
+
+    def test_list_returns_the_keys_under_a_plain_string_prefix(self, store: Store) -> None:
+        keys = ["m/fp1/e1.json", "m/fp1/e2.json", "m/fp2/e1.json", "m/x", "mx/y", "top"]
+        for k in keys:
+            store.put_bytes(k, b"")
+        assert sorted(store.list()) == sorted(keys)
+        assert sorted(store.list("m/")) == ["m/fp1/e1.json", "m/fp1/e2.json", "m/fp2/e1.json", "m/x"]
+        assert sorted(store.list("m/fp1/")) == ["m/fp1/e1.json", "m/fp1/e2.json"]
+        assert sorted(store.list("m/fp1/e1")) == ["m/fp1/e1.json"]
+        assert sorted(store.list("m")) == sorted(k for k in keys if k.startswith("m"))
+        assert list(store.list("nothing/")) == []
+
+    def test_list_of_an_empty_store_is_empty(self, store: Store) -> None:
+        assert list(store.list()) == []
+
+    def test_delete_removes_the_key_and_a_second_delete_is_not_an_error(self, store: Store) -> None:
+        store.put_bytes("d/k", b"x")
+        store.delete("d/k")
+        assert store.exists("d/k") is False
+        assert list(store.list("d/")) == []
+        store.delete("d/k")
+        store.delete("d/never-existed")
+
+    def test_a_deleted_key_can_be_put_again(self, store: Store) -> None:
+        store.put_bytes("d/k", b"old")
+        store.delete("d/k")
+        assert store.put_bytes("d/k", b"new") is True
+        assert store.get_bytes("d/k") == b"new"
+
+    def test_keys_with_spaces_plus_signs_and_unicode_round_trip_and_list_unchanged(self, store: Store) -> None:
+        keys = ["odd/a b+c=d&e", "odd/ünï-😀", "odd/%2F~!@$"]
+        for i, k in enumerate(keys):
+            assert store.put_bytes(k, bytes([i])) is True
+        assert [store.get_bytes(k) for k in keys] == [b"\x00", b"\x01", b"\x02"]
+        assert sorted(store.list("odd/")) == sorted(keys)
+
+    def test_check_passes_on_a_usable_store(self, store: Store) -> None:
+        store.check()
+
+    # --- hostile keys ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("key", ["../x", "a/../../x", "/abs", "a//b", "a/./b", "a\x00b", "a\\b", ""],
+                             ids=["dotdot", "nested-dotdot", "absolute", "double-slash", "dot", "nul",
+                                  "backslash", "empty"])
+    @pytest.mark.parametrize("op", ["put_bytes", "put_file", "get_bytes", "get_range", "download", "size",
+                                    "exists", "delete"])
+    def test_invalid_keys_are_rejected_with_unsafe_path(self, store: Store, tmp_path: Path, op: str, key: str,
+                                                        request: pytest.FixtureRequest) -> None:
+        if op in self.unvalidated_key_ops:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=f"{type(store).__name__}.{op} "
+                                                  "does not call check_key yet"))
+        with pytest.raises(UnsafePath):
+            _invalid_key_ops(tmp_path)[op](store, key)
