@@ -27,7 +27,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .backends import MODES, REGISTRY
+from .backends import modes_for, registry
 from .backends.base import ModelRef
 from .errors import ConfigError
 from .spec import EntrySpec, Shape
@@ -99,7 +99,7 @@ class ModelMatrix:
         return [
             PlannedEntry(EntrySpec(model=m.name, component=m.component, backend=backend, mode=mode, shape=shape,
                                    dtype=dtype, revision=m.revision, options=self.options()),
-                         m, guidance=self.guidance)
+                         m)
             for backend in sorted(self.backends)
             for mode in sorted(self.modes_for(backend))
             for dtype in sorted(self.dtypes)
@@ -111,7 +111,6 @@ class ModelMatrix:
 class PlannedEntry:
     spec: EntrySpec
     model: ModelRef
-    guidance: bool = False   # until ModelRef carries it: a pipeline warm-up runs batch spec.batch/2 with CFG
 
 
 @dataclass(frozen=True)
@@ -324,22 +323,21 @@ class _Parser:
     def mapping(self, node: Node, what: str) -> _Fields:
         if not isinstance(node, MappingNode):
             raise self.error(node, f"{what} must be a mapping, got {_describe(node)}")
-        if id(node) in self._mappings:   # flattened already: its explicit and merged keys now mix
+        if id(node) in self._mappings:   # an aliased (*x) mapping, flattened already: its keys now repeat
             return self._mappings[id(node)]
-        fields: _Fields = {}
-        for key, value in node.value:   # explicit keys first: a merged (<<) key may legitimately repeat
+        seen: dict[str, Node] = {}
+        for key, _ in node.value:   # explicit keys only: a key merged in by `<<` may legitimately repeat
             name = self.key(key, what)
-            if name in fields:
-                raise self.error(key, f"duplicate key {name!r} in {what} (first at line {_line(fields[name][0])})")
-            if key.tag != "tag:yaml.org,2002:merge":
-                fields[name] = (key, value)
+            if name in seen:
+                raise self.error(key, f"duplicate key {name!r} in {what} (first at line {_line(seen[name])})")
+            seen[name] = key
         try:
-            self._constructor.flatten_mapping(node)
+            self._constructor.flatten_mapping(node)   # resolves `<<: *x`, putting merged pairs first
         except yaml.MarkedYAMLError as e:
             raise self.error(e.problem_mark.line + 1 if e.problem_mark else _line(node), str(e.problem)) from None
-        merged = {self.key(k, what): (k, v) for k, v in node.value}
-        self._mappings[id(node)] = {**merged, **fields}
-        return self._mappings[id(node)]
+        fields = {self.key(k, what): (k, v) for k, v in node.value}   # later pairs win: explicit over merged
+        self._mappings[id(node)] = fields
+        return fields
 
     def key(self, node: Node, what: str) -> str:
         if not isinstance(node, ScalarNode) or node.tag not in (_STR_TAG, "tag:yaml.org,2002:merge"):
@@ -446,7 +444,7 @@ class _Parser:
     def backend_options(self, top: _Fields) -> dict[str, dict[str, str]]:
         """backend -> {option: value} as strings: they feed the toolchain fingerprint, not entry keys."""
         out: dict[str, dict[str, str]] = {}
-        for backend, (_, value) in self.section(top, "backend_options", list(REGISTRY)).items():
+        for backend, (_, value) in self.section(top, "backend_options", list(registry())).items():
             options = {} if value.tag == _NULL_TAG else self.mapping(value, f"backend_options.{backend}")
             out[backend] = {name: self.option(v, f"backend_options.{backend}.{name}")
                             for name, (_, v) in options.items()}
@@ -465,7 +463,7 @@ class _Parser:
     def matrix(self, fields: _Fields, prefix: str) -> _Matrix:
         """The matrix keys of `defaults` or of one model; prefix names it in messages."""
         return _Matrix(
-            backends=self.names(fields["backends"][1], f"{prefix}backends", "backend", REGISTRY)
+            backends=self.names(fields["backends"][1], f"{prefix}backends", "backend", registry())
             if "backends" in fields else None,
             modes=self.modes(*fields["modes"], f"{prefix}modes") if "modes" in fields else None,
             dtypes=self.names(fields["dtypes"][1], f"{prefix}dtypes", "dtype", DTYPES, _DTYPE_ALIASES)
@@ -492,18 +490,18 @@ class _Parser:
 
     def modes(self, key: Node, node: Node, what: str) -> _Modes:
         """A list (every backend) or a mapping backend -> list, for matrices mixing e.g. neuron eager."""
-        every = sorted({m for modes in MODES.values() for m in modes})
+        every = sorted({m for name in registry() for m in modes_for(name)})
         if not isinstance(node, MappingNode):
             return _Modes(_line(key), shared=self.names(node, what, "mode", every))
         fields = self.mapping(node, what)
-        self.known_keys(fields, list(REGISTRY), what)
+        self.known_keys(fields, list(registry()), what)
         by_backend = {backend: self.names(v, f"{what}.{backend}", "mode", every) for backend, (_, v) in fields.items()}
         for backend, modes in by_backend.items():
             self.supported(modes, backend, what)
         return _Modes(_line(key), by_backend=by_backend)
 
     def supported(self, modes: Iterable[_At[str]], backend: str, context: str) -> None:
-        supported = MODES.get(backend, ())
+        supported = modes_for(backend)
         for mode in modes:
             if mode.value not in supported:
                 raise self.error(mode.line, f"mode {mode.value!r} is not supported by backend {backend!r} "
@@ -583,6 +581,7 @@ class _Parser:
     def model(self, node: Node, defaults: _Matrix) -> ModelMatrix:
         fields = self.mapping(node, "a model")
         if "name" not in fields:
+            self.known_keys(fields, _MODEL_KEYS, "a model")   # a misspelt `name` gets its suggestion
             raise self.error(node, "a model is missing required key 'name'")
         name_node = fields["name"][1]
         name = self.matching(name_node, "model name", _NAME_RE, "a valid name (letters, digits, '.', '_', '-')")
@@ -598,6 +597,7 @@ class _Parser:
             pipeline=self.boolean(fields["pipeline"][1], f"{where} pipeline") if "pipeline" in fields else False,
             tensor_parallel=self.integer(fields["tensor_parallel"][1], f"{where} tensor_parallel")
             if "tensor_parallel" in fields else 1,
+            guidance=self.boolean(fields["guidance"][1], f"{where} guidance") if "guidance" in fields else False,
         )
         matrix = self.matrix(fields, f"{where} ").over(defaults)
         backends, backend_modes, dtypes, shapes = self.resolve(matrix, name, _line(name_node))

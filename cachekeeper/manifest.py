@@ -120,6 +120,8 @@ class Manifest:
 
     def validate(self, source: str = "manifest") -> None:
         """Internal consistency: every slice lies inside its blob, paths are unique per root."""
+        if self.kind not in (KIND_ENTRY, KIND_SHARED):
+            raise ManifestError(f"{source}: unknown manifest kind {self.kind!r}")
         sizes = {b.digest: b for b in self.blobs}
         seen: set[tuple[str, str]] = set()
         for f in self.files:

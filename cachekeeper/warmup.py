@@ -4,8 +4,10 @@ at prebuild time is the graph the server asks for (same shapes, dtypes and argum
 Shared by every backend's build subprocess (inductor, neuron, tpu). torch is imported inside functions
 only, so importing this module stays cheap.
 
-`ModelRef.inputs` picks the builder: "flux", "unet", "auto" (by the model's class name) or
+`ModelRef.inputs` picks the builder: "flux", "sd3", "unet", "auto" (by the model's class name) or
 "module:function" for a custom one called as `function(model, model_ref, shape, dtype, device, options)`.
+`shape.batch` is the batch the component sees: the config already doubles it under classifier-free
+guidance. `options["text_len"]` overrides the prompt length the pipeline pads to.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .spec import Shape
 VAE_SCALE_FACTOR = 8          # SD/SDXL/Flux VAEs downsample by 8
 FLUX_TEXT_LEN = 512           # FluxPipeline's default max_sequence_length (T5 prompt padded to it)
 CLIP_TEXT_LEN = 77            # CLIP's fixed context length (SD UNets)
+SD3_TEXT_LEN = 77 + 256       # SD3 concatenates CLIP (77) and T5 (max_sequence_length 256) embeddings
 SEED = 0
 
 Builder = Callable[..., dict[str, Any]]
@@ -82,29 +85,43 @@ def flux_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, devic
 
 def unet_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device: str,
                 options: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """UNet2DConditionModel inputs as StableDiffusionPipeline builds them.
-
-    With classifier-free guidance (the pipelines' default) the UNet sees twice the image batch;
-    options["cfg"] = "false" compiles for the undoubled batch instead.
-    """
+    """UNet2DConditionModel inputs as StableDiffusionPipeline builds them."""
     import torch
 
     dt = _torch_dtype(dtype)
     cfg = model.config
-    opts = options or {}
-    b = shape.batch * (1 if opts.get("cfg", "true").lower() in ("0", "false", "no") else 2)
     h, w = latent_size(shape)
-    text_len = int(opts.get("text_len", CLIP_TEXT_LEN))
+    text_len = int((options or {}).get("text_len", CLIP_TEXT_LEN))
     return {
-        "sample": _randn(b, cfg.in_channels, h, w, dtype=dt, device=device),
+        "sample": _randn(shape.batch, cfg.in_channels, h, w, dtype=dt, device=device),
         # Scheduler timesteps are 0-d int64 tensors.
         "timestep": torch.tensor(500, dtype=torch.int64, device=device),
-        "encoder_hidden_states": _randn(b, text_len, cfg.cross_attention_dim, dtype=dt, device=device),
+        "encoder_hidden_states": _randn(shape.batch, text_len, cfg.cross_attention_dim, dtype=dt, device=device),
         "return_dict": False,
     }
 
 
-BUILDERS: dict[str, Builder] = {"flux": flux_inputs, "unet": unet_inputs}
+def sd3_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device: str,
+               options: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """SD3Transformer2DModel inputs as StableDiffusion3Pipeline builds them (CLIP 77 + T5 256 tokens)."""
+    import torch
+
+    dt = _torch_dtype(dtype)
+    cfg = model.config
+    h, w = latent_size(shape)
+    text_len = int((options or {}).get("text_len", SD3_TEXT_LEN))
+    b = shape.batch
+    return {
+        "hidden_states": _randn(b, cfg.in_channels, h, w, dtype=dt, device=device),
+        "encoder_hidden_states": _randn(b, text_len, cfg.joint_attention_dim, dtype=dt, device=device),
+        "pooled_projections": _randn(b, cfg.pooled_projection_dim, dtype=dt, device=device),
+        # FlowMatch scheduler timesteps are float32, expanded to the batch without a cast.
+        "timestep": torch.full((b,), 500.0, dtype=torch.float32, device=device),
+        "return_dict": False,
+    }
+
+
+BUILDERS: dict[str, Builder] = {"flux": flux_inputs, "sd3": sd3_inputs, "unet": unet_inputs}
 
 
 def pick_auto(model: Any) -> str:
@@ -112,10 +129,12 @@ def pick_auto(model: Any) -> str:
     name = type(model).__name__
     if "Flux" in name and "Transformer" in name:
         return "flux"
+    if name.startswith("SD3Transformer"):
+        return "sd3"
     if name.startswith("UNet2DCondition"):
         return "unet"
     raise BuildFailed(f"no warm-up input builder for {name}",
-                      "set the model's `inputs:` to flux, unet or module:function")
+                      "set the model's `inputs:` to flux, sd3, unet or module:function")
 
 
 def resolve_builder(kind: str, model: Any) -> Builder:
@@ -125,7 +144,7 @@ def resolve_builder(kind: str, model: Any) -> Builder:
         return BUILDERS[kind]
     module, sep, func = kind.partition(":")
     if not sep or not module or not func:
-        raise BuildFailed(f"unknown inputs builder {kind!r}", "use auto, flux, unet or module:function")
+        raise BuildFailed(f"unknown inputs builder {kind!r}", "use auto, flux, sd3, unet or module:function")
     try:
         builder: Builder = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
@@ -135,7 +154,7 @@ def resolve_builder(kind: str, model: Any) -> Builder:
 
 def build_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device: str,
                  options: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for one forward call of `model` at `shape` (batch, height, width of the image)."""
+    """Keyword arguments for one forward call of `model` at `shape` (image height/width, compiled batch)."""
     builder = resolve_builder(model_ref.inputs, model)
     inputs = builder(model, model_ref, shape, dtype, device, options or {})
     if not isinstance(inputs, dict):

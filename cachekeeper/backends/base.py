@@ -37,6 +37,7 @@ class ModelRef:
     inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
     pipeline: bool = False           # warm up the whole pipeline instead of the component
     tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
+    guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Connection, Delete, Engine, Row, Select, delete, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import ManifestError, UsageError
 from ..manifest import KIND_ENTRY, Manifest
@@ -34,7 +32,6 @@ class Catalog:
     url: str   # for display: the password is masked
 
     def __init__(self, url: URL, engine: Engine) -> None:
-        self._url = url
         self._engine = engine
         self.url = db.mask(url)
 
@@ -63,11 +60,10 @@ class Catalog:
         parsed = db.parse_url(url or db.default_url())
         catalog = cls(parsed, db.make_engine(parsed))
         try:
-            with catalog._engine.connect():
-                pass
-        except SQLAlchemyError as exc:
+            db.connect(catalog._engine, catalog.url).close()
+        except BaseException:
             catalog.close()
-            raise db.connect_error(exc, catalog.url) from None
+            raise
         return catalog
 
     def close(self) -> None:
@@ -76,7 +72,7 @@ class Catalog:
     def __enter__(self) -> Catalog:
         return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -85,12 +81,10 @@ class Catalog:
     # --- migrations ------------------------------------------------------------------------------
 
     def upgrade(self, revision: str = "head") -> None:
-        with db.errors(self.url):
-            db.migrate(self._engine, revision, down=False)
+        db.migrate(self._engine, self.url, revision, down=False)
 
     def downgrade(self, revision: str) -> None:
-        with db.errors(self.url):
-            db.migrate(self._engine, revision, down=True)
+        db.migrate(self._engine, self.url, revision, down=True)
 
     def current(self) -> str | None:
         return self._revision()
@@ -137,7 +131,7 @@ class Catalog:
         """Make the catalog mirror `store`'s manifests: record new ones, drop rows whose object is gone."""
         found = rebuild.scan(store)
         with self._write() as conn:
-            existing = {digest: key for digest, key in conn.execute(select(M.digest, M.key)).tuples()}
+            existing = {digest: key for digest, key in conn.execute(select(M.digest, M.key))}
             gone = [d for d in existing if d not in found.manifests]
             for i in range(0, len(gone), LOOKUP_CHUNK):
                 conn.execute(delete(M).where(M.digest.in_(gone[i:i + LOOKUP_CHUNK])))
@@ -156,6 +150,11 @@ class Catalog:
         untouched. Returns how many were new."""
         with self._write() as conn:
             return queue.enqueue(conn, jobs)
+
+    def requeue(self, keys: Iterable[tuple[str, str]]) -> int:
+        """Make done/failed jobs claimable again (the caller knows their artifacts are not in the store)."""
+        with self._write() as conn:
+            return queue.requeue(conn, keys)
 
     def claim(self, worker: str, *, lease_s: float, fingerprint_id: str | None = None) -> Claim | None:
         """Lease one pending job (or one whose lease expired), or None when there is nothing to build."""
@@ -191,13 +190,13 @@ class Catalog:
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Connection]:
-        with db.errors(self.url), self._engine.connect() as conn, conn.begin():
+        with db.connect(self._engine, self.url) as conn, db.errors(self.url), conn.begin():
             yield conn
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
-        with db.errors(self.url), self._engine.connect() as conn:
-            conn.execution_options(**{db.WRITE: True})
+        with db.connect(self._engine, self.url) as conn, db.errors(self.url):
+            conn.execution_options(**{db.WRITE: True})   # SQLite: BEGIN IMMEDIATE
             with conn.begin():
                 yield conn
 

@@ -113,10 +113,14 @@ def _sqlite_engine(url: URL) -> Engine:
     return engine
 
 
-def connect_error(exc: SQLAlchemyError, url: str) -> CatalogError:
-    if isinstance(exc, DBAPIError):
-        return CatalogUnreachable(f"cannot connect to catalog {url}: {_first_line(exc)}")
-    return translate(exc, url)
+def connect(engine: Engine, url: str) -> Connection:
+    """A pooled connection; failing to get one means the database is unreachable, whatever the driver says."""
+    try:
+        return engine.connect()
+    except DBAPIError as exc:
+        raise CatalogUnreachable(f"cannot connect to catalog {url}: {_first_line(exc)}") from exc
+    except SQLAlchemyError as exc:
+        raise translate(exc, url) from exc
 
 
 # --- migrations --------------------------------------------------------------------------------------
@@ -160,9 +164,9 @@ def current(conn: Connection) -> str | None:
     return ctx.get_current_revision()
 
 
-def migrate(engine: Engine, revision: str, *, down: bool) -> None:
+def migrate(engine: Engine, url: str, revision: str, *, down: bool) -> None:
     """Run Alembic in one transaction of ours: all or nothing, one migrator at a time."""
-    with engine.connect() as conn:
+    with connect(engine, url) as conn, errors(url):
         sqlite = conn.dialect.name == "sqlite"
         if sqlite:
             # Batch migrations copy and drop tables; with foreign keys on, the drop would cascade-check.

@@ -45,6 +45,17 @@ def enqueue(conn: Connection, jobs: Iterable[tuple[str, str, str]]) -> int:
     return len(conn.execute(stmt, rows).all())
 
 
+def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
+    """Back to pending: finished or failed jobs whose artifacts are not in the store (a new prebuild run
+    retries failures; a GC'd entry is rebuilt). Running jobs belong to their holder and stay."""
+    n = 0
+    for fp, key in set(keys):
+        res = conn.execute(update(J).where(_pk(fp, key), J.status.in_(("done", "failed")))
+                           .values(status="pending", lease_expires_at=None, updated_at=now()))
+        n += res.rowcount
+    return n
+
+
 def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None) -> Claim | None:
     at = now()
     claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
@@ -91,7 +102,7 @@ def counts(conn: Connection, fingerprint_id: str | None) -> dict[str, int]:
     if fingerprint_id is not None:
         query = query.where(J.fingerprint_id == fingerprint_id)
     result = dict.fromkeys(JOB_STATUSES, 0)
-    result.update({status: n for status, n in conn.execute(query).tuples()})
+    result.update({status: n for status, n in conn.execute(query)})
     return result
 
 

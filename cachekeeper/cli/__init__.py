@@ -33,10 +33,10 @@ def _register() -> None:
     from . import commands  # noqa: F401  (core commands attach themselves to `cli`)
 
     # Command groups in their own modules; each imports its heavy libraries lazily.
-    with contextlib.suppress(ImportError):
-        from .db import catalog, db
-        cli.add_command(db)
-        cli.add_command(catalog)
+    from .db import catalog, db
+
+    cli.add_command(db)
+    cli.add_command(catalog)
     with contextlib.suppress(ImportError):
         from .doctor import doctor
         cli.add_command(doctor)

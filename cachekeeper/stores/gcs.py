@@ -2,7 +2,8 @@
 
 Credentials are Application Default Credentials; with `STORAGE_EMULATOR_HOST` set (fake-gcs-server)
 the client is anonymous. Immutability is `if_generation_match=0`: the server refuses to create a
-generation when one exists, so racing writers get exactly one winner.
+generation when one exists, so racing writers get exactly one winner (fake-gcs-server honours it on
+single-request uploads only; see put_file).
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 def _nothing_listens(exc: BaseException) -> bool:
     """Refused connections and unknown hosts will not heal within a retry budget: fail at once."""
-    return any(isinstance(e, ConnectionRefusedError | socket.gaierror)
-               or type(e).__name__ == "NameResolutionError" for e in _causes(exc))
+    return any(isinstance(e, ConnectionRefusedError | socket.gaierror | urllib3.exceptions.NameResolutionError)
+               for e in _causes(exc))
 
 
 def _retryable(exc: BaseException) -> bool:
+    # The library's own predicate (429/5xx, resets, timeouts), minus the hopeless cases.
     return bool(_should_retry(exc)) and not _nothing_listens(exc)
 
 
@@ -157,11 +159,24 @@ class GCSStore(Store):
             self._raise(exc, key)
 
     def _bucket_exists(self) -> bool:
-        """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember."""
-        if not self._bucket_seen:
-            with self._errors():
-                self._bucket_seen = bool(self._bucket().exists(timeout=TIMEOUT, retry=RETRY))
-        return self._bucket_seen
+        """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember.
+
+        By listing, not by reading bucket metadata: readers hold storage.objects.list but often not
+        storage.buckets.get.
+        """
+        if self._bucket_seen:
+            return True
+        with self._errors():
+            try:
+                blobs = self._client().list_blobs(self.bucket_name, max_results=1, fields="items(name)",
+                                                  timeout=TIMEOUT, retry=RETRY)
+                next(iter(blobs), None)
+            except api_exceptions.NotFound:
+                return False
+            except api_exceptions.Forbidden:
+                pass  # the object request already got past auth, so the bucket is there
+        self._bucket_seen = True
+        return True
 
     def _missing(self, key: str) -> NoReturn:
         if not self._bucket_exists():
@@ -189,8 +204,8 @@ class GCSStore(Store):
         resumable = path.stat().st_size > self.simple_upload_max
         if resumable:
             # fake-gcs-server ignores ifGenerationMatch on resumable uploads, so check first. Real GCS
-            # honours it at finalize; against the emulator two writers racing here can both "win" (the
-            # last one's bytes stay) — harmless for content-addressed blobs, which is all we put_file.
+            # honours it at finalize; against the emulator two writers racing past this check both
+            # "win" and the last one's bytes stay: harmless for content-addressed blobs only.
             if self.size(key) is not None:
                 return False
             blob.chunk_size = self.chunk_size

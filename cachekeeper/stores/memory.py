@@ -40,4 +40,4 @@ class MemoryStore(Store):
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self.objects.pop(key, None)
+            self.objects.pop(check_key(key), None)

@@ -1,8 +1,9 @@
 """`s3://bucket/prefix` store on boto3: AWS S3 and S3-compatible servers (SeaweedFS, MinIO, R2).
 
-Credentials, profiles and `AWS_ENDPOINT_URL(_S3)` are boto3's own resolution. Immutability is
-`IfNoneMatch='*'` on PutObject and CompleteMultipartUpload, so two writers racing for one key get
-exactly one winner. boto3 is imported here only, so a `file://` user never pays for it.
+Credentials, profiles, region and `AWS_ENDPOINT_URL(_S3)` resolve as in boto3 (its botocore does it).
+Immutability is `IfNoneMatch='*'`: on PutObject (atomic on AWS and SeaweedFS: racing writers get one
+winner) and, for files above `multipart_threshold`, on CompleteMultipartUpload (atomic on AWS only).
+The client is botocore's, what boto3 returns; it is imported here only, so `file://` users never load it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, NoReturn, cast
 
-import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     HTTPClientError,
+    IncompleteReadError,
     NoCredentialsError,
-    NoRegionError,
     PartialCredentialsError,
     ProfileNotFound,
 )
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ..fsutil import CHUNK
@@ -69,6 +72,24 @@ def _addressing_style() -> Literal["auto", "virtual", "path"]:
     return "auto"
 
 
+_loader_lock = threading.Lock()
+_loader: Any = None
+
+
+def _new_client() -> Any:
+    """A client from a fresh session (credentials, profile and region resolve now, per store) over one
+    shared loader: parsing botocore's JSON models costs ~0.5 s per session, sharing them ~0.05 s.
+    """
+    global _loader
+    with _loader_lock:  # the loader caches without locks of its own
+        if _loader is None:
+            _loader = botocore.loaders.create_loader()
+        session = botocore.session.Session()
+        session.register_component("data_loader", _loader)
+        region = session.get_config_variable("region") or DEFAULT_REGION
+        return session.create_client("s3", region_name=region, config=_client_config())
+
+
 def _client_config() -> Config:
     # Fail fast on a dead endpoint (a few seconds, not botocore's minute), keep modest retries for
     # throttling, and allow as many pooled connections as the hydrate client runs fetch threads.
@@ -82,9 +103,12 @@ def _client_config() -> Config:
 
 
 class S3Store(Store):
-    multipart_threshold = 16 << 20
-    part_size = 8 << 20
-    upload_threads = 4  # parts in flight (and in memory) per put_file
+    # put_file sends one streamed PutObject up to this size: its IfNoneMatch is atomic everywhere we
+    # tested. Above it, a parallel multipart upload with IfNoneMatch on CompleteMultipartUpload: atomic
+    # on AWS, but SeaweedFS 4.48 lets two racing completes both succeed (last one's bytes stay).
+    multipart_threshold = 256 << 20
+    part_size = 16 << 20
+    upload_threads = 4  # parts in flight, so at most upload_threads * part_size bytes in memory
     max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
 
     def __init__(self, bucket: str, prefix: str) -> None:
@@ -100,14 +124,12 @@ class S3Store(Store):
     # --- plumbing --------------------------------------------------------------------------------
 
     def _client(self) -> Any:
-        # boto3 sessions are not thread-safe but clients are: build one client once, under a lock.
+        # Sessions are not thread-safe but clients are: build one client once, under a lock.
         if self._client_obj is None:
             with self._client_lock:
                 if self._client_obj is None:
                     with self._errors():
-                        session = boto3.session.Session()
-                        region = session.region_name or DEFAULT_REGION
-                        self._client_obj = session.client("s3", region_name=region, config=_client_config())
+                        self._client_obj = _new_client()
         return self._client_obj
 
     def _key(self, key: str) -> str:
@@ -121,9 +143,7 @@ class S3Store(Store):
         where = self._where(key)
         if isinstance(exc, _CREDENTIAL_ERRORS):
             raise StoreAuthError(f"{where}: no usable AWS credentials ({exc})") from None
-        if isinstance(exc, NoRegionError):
-            raise StoreError(f"{where}: no AWS region configured", "set AWS_DEFAULT_REGION") from None
-        if isinstance(exc, HTTPClientError):  # refused, timed out, reset, DNS
+        if isinstance(exc, BotoConnectionError | HTTPClientError | IncompleteReadError):  # refused, timeout, reset
             raise StoreUnreachable(f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})") from None
         if isinstance(exc, ClientError):
             code, status = _code(exc), _status(exc)
@@ -165,9 +185,10 @@ class S3Store(Store):
         raise ObjectNotFound(f"{self._where(key)} not found")
 
     def _head(self, key: str) -> int | None:
+        k = self._key(key)
         with self._errors(key):
             try:
-                resp = self._client().head_object(Bucket=self.bucket, Key=self._key(key))
+                resp = self._client().head_object(Bucket=self.bucket, Key=k)
             except ClientError as exc:
                 if _is_not_found(exc):
                     return None
@@ -212,7 +233,7 @@ class S3Store(Store):
                 with open(path, "rb") as f:  # botocore streams (and rewinds on retry) a file body
                     self._client().put_object(Bucket=self.bucket, Key=k, Body=f, IfNoneMatch="*")
             return self._conditional(key, put)
-        # Skip uploading gigabytes that would lose anyway; the conditional complete settles races.
+        # Skip uploading gigabytes that would lose anyway; the conditional complete settles races on AWS.
         if self._head(key) is not None:
             return False
         return self._put_multipart(key, path, size)

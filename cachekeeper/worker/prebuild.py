@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -132,7 +133,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     entries = config.entries(backends, models)
     if only:
         entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
-    config.require_model_paths()
+    config.require_model_paths(models)
     tcs = toolchains(config, entries)
     report = PrebuildReport()
 
@@ -141,13 +142,24 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
         if progress is not None:
             progress(o)
 
+    todo: list[PlannedEntry] = []
+    for e in entries:  # entries already in the store are reported, indexed, and never rebuilt
+        tc = tcs[e.spec.backend]
+        key = manifest_key(tc.fingerprint.id, e.spec.key)
+        if store.exists(key):
+            if catalog is not None:
+                catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
+            done(Outcome(e.spec.label(), e.spec.key, tc.fingerprint.id, "present"))
+        else:
+            todo.append(e)
     if catalog is None:
-        for e in entries:
+        for e in todo:
             done(build_entry(e, tcs[e.spec.backend], store, catalog=None, timeout=config.build_timeout,
                              workdir_root=workdir_root))
         return report
-    worker = worker or f"{socket.gethostname()}:{id(report):x}"
-    catalog.enqueue((tcs[e.spec.backend].fingerprint.id, e.spec.key, _payload(e)) for e in entries)
+    worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+    catalog.enqueue((tcs[e.spec.backend].fingerprint.id, e.spec.key, _payload(e)) for e in todo)
+    catalog.requeue((tcs[e.spec.backend].fingerprint.id, e.spec.key) for e in todo)
     for tc in tcs.values():
         for claim in _claims(catalog, worker, tc.fingerprint.id, lease_s):
             entry = _from_payload(claim.payload)

@@ -21,10 +21,13 @@ CASES: dict[str, tuple[str, str]] = {
     "a tab in indentation": ("version: 1\n\tmodels: []  # <-\n",
                              "invalid YAML: while scanning for the next token, found character '\\t'"),
     "two documents": ("version: 1\n---  # <-\nmodels: []\n", "invalid YAML: expected a single document in the stream"),
+    "a control character": ("version: 1\nmodels: \x01  # <-\n", "invalid YAML: special characters are not allowed"),
     "top level is a list": ("- version: 1  # <-\n", "the top level must be a mapping, got a list"),
     "top level is a string": ("just text  # <-\n", "the top level must be a mapping, got 'just text'"),
     "duplicate key": ("version: 1\nversion: 1  # <-\nmodels: []\n", "duplicate key 'version' in the top level "
                                                                      "(first at line 1)"),
+    "merging a non-mapping": (MODEL + "    <<: 5  # <-\n",
+                              "expected a mapping or list of mappings for merging, but found scalar"),
     "non-string key": ("version: 1\n1: x  # <-\n", "keys in the top level must be plain names, got 1"),
     # --- top-level keys ---
     "missing version": ("# a comment\nmodels: []  # <-\n", "missing required key 'version' (add `version: 1`)"),
@@ -54,6 +57,8 @@ CASES: dict[str, tuple[str, str]] = {
                              "unknown key 'dtype' in defaults; did you mean 'dtypes'?"),
     # --- models: identity and source ---
     "model not a mapping": (HEAD + "  - tiny-flux  # <-\n", "a model must be a mapping, got 'tiny-flux'"),
+    "misspelt name": (HEAD + "  - path: ./a\n    nmae: a  # <-\n",
+                      "unknown key 'nmae' in a model; did you mean 'name'?"),
     "model without name": (HEAD + "  - path: ./a  # <-\n", "a model is missing required key 'name'"),
     "bad model name": (HEAD + "  - name: 'my model'  # <-\n    path: ./a\n",
                        "model name 'my model' is not a valid name"),

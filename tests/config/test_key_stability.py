@@ -1,4 +1,6 @@
-"""Entry keys name artifacts in the store: they must not depend on the process, the host path or the layout."""
+"""Entry keys name artifacts in the store: they must not depend on the process, the host path or the layout.
+
+Also: the module stays importable without heavy dependencies (the hydrate boot path)."""
 
 from __future__ import annotations
 
@@ -79,3 +81,12 @@ def test_keys_change_with_every_matrix_dimension() -> None:
     head = EXAMPLE[: EXAMPLE.index("models:\n") + len("models:\n")]
     keys = {base.key} | {parse(head + v).entries()[0].spec.key for v in variants}
     assert len(keys) == 1 + len(variants)
+
+
+def test_importing_the_config_loads_neither_torch_nor_sqlalchemy() -> None:
+    """The hydrate boot path imports this module on hosts where those are absent or slow to import."""
+    script = ("import sys, cachekeeper.config; "
+              "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('torch', 'sqlalchemy', 'diffusers')))")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == []

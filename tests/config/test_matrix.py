@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cachekeeper.backends.base import ModelRef
-from cachekeeper.config import PlannedEntry
+from cachekeeper.config import ModelMatrix, PlannedEntry
 from cachekeeper.errors import ConfigError
 from cachekeeper.spec import EntrySpec, Shape
 
@@ -42,8 +44,7 @@ def test_example_entries_carry_full_specs_and_model_refs() -> None:
                                   shape=Shape(1024, 1024, 2), dtype="bfloat16", revision="0123456",
                                   options=(("tp", "2"),))
     assert last.model == ModelRef(name="flux-dev", component="transformer", hub="black-forest-labs/FLUX.1-dev",
-                                  revision="0123456", tensor_parallel=2)
-    assert last.guidance is True
+                                  revision="0123456", tensor_parallel=2, guidance=True)
 
 
 def test_example_keys_are_distinct() -> None:
@@ -74,7 +75,7 @@ def test_backend_options_do_not_change_entry_keys() -> None:
 def test_model_settings_default_to_a_transformer_component_without_warm_up_extras() -> None:
     (entry,) = parse(minimal()).entries()
     assert entry.model == ModelRef(name="m", component="transformer", path="/cfgdir/m")
-    assert (entry.spec.mode, entry.spec.dtype, entry.spec.options, entry.guidance) == ("full", "float32", (), False)
+    assert (entry.spec.mode, entry.spec.dtype, entry.spec.options, entry.model.guidance) == ("full", "float32", (), False)
 
 
 def test_model_settings_are_passed_to_the_model_ref() -> None:
@@ -151,6 +152,28 @@ def test_yaml_anchors_and_merge_keys_are_followed() -> None:
     assert config.models[1].model.path == "/cfgdir/a"
 
 
+def test_an_aliased_mapping_with_a_merge_key_reads_the_same_each_time() -> None:
+    config = parse("""\
+        version: 1
+        defaults: {backends: [inductor], shapes: &square {height: 64, width: 64}}
+        models:
+          - {name: a, path: ./a, shapes: &wide {<<: *square, width: 128}}
+          - {name: b, path: ./b, shapes: *wide}
+    """)
+    assert [m.shapes for m in config.models] == [(Shape(64, 128, 1),), (Shape(64, 128, 1),)]
+
+
+def test_a_matrix_built_in_code_still_expands_in_sorted_order() -> None:
+    matrix = ModelMatrix(model=ModelRef(name="m", component="unet"), backends=("tpu", "inductor"),
+                         modes=("full",), dtypes=("float32", "bfloat16"), shapes=(Shape(16, 8), Shape(8, 8)))
+    assert labels(matrix.entries()) == [
+        "m/unet inductor:full 8x8x1 bfloat16", "m/unet inductor:full 16x8x1 bfloat16",
+        "m/unet inductor:full 8x8x1 float32", "m/unet inductor:full 16x8x1 float32",
+        "m/unet tpu:full 8x8x1 bfloat16", "m/unet tpu:full 16x8x1 bfloat16",
+        "m/unet tpu:full 8x8x1 float32", "m/unet tpu:full 16x8x1 float32",
+    ]
+
+
 @pytest.mark.parametrize(("backends", "models", "expected"), [
     ({"neuron"}, None, 4),
     ({"neuron", "inductor"}, None, 8),
@@ -186,3 +209,8 @@ def test_model_line_is_the_line_of_the_models_name() -> None:
 def test_model_line_of_an_unknown_model_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="no model named 'nope'"):
         parse(EXAMPLE).model_line("nope")
+
+
+def test_the_documented_example_is_the_one_tested_here() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text(encoding="utf-8")
+    assert doc.split("```yaml\n", 1)[1].split("```", 1)[0] == EXAMPLE

@@ -127,10 +127,40 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def _catalogs_database(postgres_server: PostgresServer) -> str:
+    import psycopg
+
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
+        admin.execute('CREATE DATABASE "catalogs"')
+    return "catalogs"
+
+
+@pytest.fixture
+def postgres_schema_url(postgres_server: PostgresServer, _catalogs_database: str) -> Iterator[str]:
+    """A URL whose search_path is an empty schema of its own, dropped after the test.
+
+    As isolated as a fresh database for everything in the catalog (tables, version table), and ~100x
+    cheaper: CREATE DATABASE copies a template (0.5-1 s on a busy 2-core box), CREATE SCHEMA does not.
+    """
+    import psycopg
+
+    name = f"s_{uuid.uuid4().hex[:12]}"
+    dsn = postgres_server.dsn(_catalogs_database)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{name}"')
+    try:
+        yield f"{postgres_server.url(_catalogs_database)}?options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SET lock_timeout = '10s'")   # a leaked open transaction fails the test, not hangs it
+            admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
 def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Every catalog test runs on the embedded SQLite file and on a real Postgres database."""
+    """Every catalog test runs on the embedded SQLite file and on a real Postgres (a schema of its own)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'catalog.db'}"
-    url: str = request.getfixturevalue("postgres_url")
+    url: str = request.getfixturevalue("postgres_schema_url")
     return url

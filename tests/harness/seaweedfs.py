@@ -153,7 +153,7 @@ def _wait_ready(server: S3Server, proc: subprocess.Popen[bytes]) -> str | None:
         try:
             _probe(server)
             return None
-        except Exception as exc:  # noqa: BLE001 - anything before readiness is "not yet"
+        except Exception as exc:  # anything before readiness is "not yet"
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(0.25)
     return f"not ready after {START_TIMEOUT:.0f}s (last probe: {last})"

@@ -153,7 +153,7 @@ class StoreConformance:
         assert out.h.hexdigest() == hashlib.sha256(data).hexdigest()
         if self.streams_downloads:
             assert max(out.writes) < LARGE, "download wrote the object in one piece: it did not stream"
-        mid = (8 << 20) - 100  # straddles an 8 MiB part/chunk boundary
+        mid = (8 << 20) - 100  # straddles the 8 MiB boundary of chunked transfers
         assert store.get_range("big/obj", mid, 300) == data[mid:mid + 300]
 
     def test_put_file_of_an_existing_large_key_returns_false_and_keeps_the_first_bytes(

@@ -12,7 +12,6 @@ from .conformance import StoreConformance
 
 class TestMemoryStore(StoreConformance):
     streams_downloads = False  # holds every object in memory anyway; download() is the base one-shot
-    unvalidated_key_ops = frozenset({"delete"})  # MemoryStore.delete skips check_key (see the report)
 
     @pytest.fixture
     def store(self) -> Store:

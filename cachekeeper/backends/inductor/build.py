@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ def load_component(ref: ModelRef, dtype: str, device: str) -> Any:
     """The component as a diffusers model class, from a local folder (or the hub when the ref says so)."""
     from diffusers import AutoModel
 
+    _from_pretrained: Callable[..., Any] = AutoModel.from_pretrained  # untyped in diffusers
     if ref.pipeline or ref.tensor_parallel > 1:
         raise BuildFailed(f"{ref.name}: pipeline/tensor-parallel warm-up is not supported by the inductor backend")
     kwargs: dict[str, Any] = {"torch_dtype": torch_dtype(dtype)}
@@ -72,7 +73,7 @@ def load_component(ref: ModelRef, dtype: str, device: str) -> Any:
     else:
         raise BuildFailed(f"{ref.name}: the model has neither a path nor a hub id")
     try:
-        model = AutoModel.from_pretrained(source, **kwargs)
+        model = _from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise BuildFailed(f"{ref.name}: cannot load {ref.component} from {source}: {exc}") from None
     return model.to(device).eval().requires_grad_(False)

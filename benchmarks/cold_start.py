@@ -1,0 +1,189 @@
+"""First-call latency of a compiled diffusers component, four ways, side by side in one run:
+
+  cold      empty TORCHINDUCTOR_CACHE_DIR and TMPDIR: Inductor compiles everything (and the C++ header)
+  hydrate   `cachekeeper hydrate` from a store into a fresh dir + fresh TMPDIR, then a new process
+  mega      PyTorch Mega-Cache: torch.compiler.load_cache_artifacts(blob) into an empty dir, then compile
+  warm      the cache dir a cold run filled, in place (the best a long-lived host gets)
+
+Each run is a new process (examples/serve.py); rounds interleave the scenarios so background load hits
+all of them alike. Prints medians, ratios to cold and a breakdown (hydrate wall time, Dynamo tracing,
+backend time = cache load on a hit). Not a test: it takes minutes on a CPU.
+
+    python benchmarks/cold_start.py                       # tiny Flux transformer, CPU, 3 repeats
+    python benchmarks/cold_start.py --device cuda --repeats 5 --json results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SERVE = REPO / "examples" / "serve.py"
+SCENARIOS = ("cold", "hydrate", "mega", "warm")
+COLUMNS = ("first_call_s", "process_s", "hydrate_s", "dynamo_s", "backend_s", "mega_cache_load_s")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--repeats", type=int, default=3, help="runs per scenario (median reported; default 3)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--model", type=Path, help="diffusers folder (default: the tiny Flux model, built here)")
+    ap.add_argument("--component", default="transformer")
+    ap.add_argument("--inputs", default="auto")
+    ap.add_argument("--height", type=int, default=64)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--work", type=Path, help="work dir, kept (default: a temp dir, removed at the end)")
+    ap.add_argument("--json", type=Path, help="also write every run and the summary here")
+    return ap.parse_args(argv)
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> tuple[str, float]:
+    """stdout of a command and its wall time; a failure stops the benchmark with the stderr tail."""
+    t = time.perf_counter()
+    proc = subprocess.run(list(argv), env=dict(env), cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"cold_start: {' '.join(argv[:3])}... failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout, time.perf_counter() - t
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.store = f"file://{work / 'store'}"
+        self.config = work / "bench.yaml"
+        self.model = args.model.resolve() if args.model else work / "models" / "tiny-flux"
+        self.mega_blob = work / "mega-cache.bin"
+        self.warm_dir: tuple[Path, Path] | None = None
+        self.n = 0
+
+    def fresh(self, label: str) -> tuple[Path, Path]:
+        """A new (cache dir, TMPDIR) pair: nothing from earlier runs, no precompiled header."""
+        self.n += 1
+        cache, tmp = self.work / f"{self.n:02d}-{label}" / "cache", self.work / f"{self.n:02d}-{label}" / "tmp"
+        tmp.mkdir(parents=True)
+        return cache, tmp
+
+    def env(self, cache: Path, tmp: Path) -> dict[str, str]:
+        return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache), "TMPDIR": str(tmp)}
+
+    def serve(self, cache: Path, tmp: Path, *extra: str) -> dict[str, Any]:
+        a = self.args
+        argv = [sys.executable, str(SERVE), str(self.model), "--component", a.component, "--inputs", a.inputs,
+                "--height", str(a.height), "--width", str(a.width), "--batch", str(a.batch), "--dtype", a.dtype,
+                "--device", a.device, *extra]
+        out, _ = run(argv, self.env(cache, tmp), self.work)
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    # --- setup -------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        a = self.args
+        if not a.model:
+            run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(self.work / "models"),
+                 "--only", "tiny-flux"], os.environ, self.work)
+        self.config.write_text(json.dumps({   # JSON is YAML
+            "version": 1,
+            "defaults": {"backends": ["inductor"], "modes": ["full"], "dtypes": [a.dtype],
+                         "shapes": {"height": [a.height], "width": [a.width], "batch": [a.batch]}},
+            "backend_options": {"inductor": {"device": a.device}},
+            "models": [{"name": "bench", "path": str(self.model), "component": a.component, "inputs": a.inputs}],
+        }, indent=1))
+        print(f"prebuild into {self.store} ...", flush=True)
+        _, secs = run(["cachekeeper", "prebuild", str(self.config), "--store", self.store, "--no-catalog"],
+                      os.environ, self.work)
+        print(f"prebuild: {secs:.1f} s", flush=True)
+
+    # --- scenarios ---------------------------------------------------------------------------------
+
+    def cold(self) -> dict[str, Any]:
+        cache, tmp = self.fresh("cold")
+        save = [] if self.mega_blob.exists() else ["--mega-cache-save", str(self.mega_blob)]
+        result = self.serve(cache, tmp, *save)
+        self.warm_dir = self.warm_dir or (cache, tmp)
+        return result
+
+    def hydrate(self) -> dict[str, Any]:
+        cache, tmp = self.fresh("hydrate")
+        # TMPDIR as the server will have it: hydrate puts the precompiled header there.
+        _, secs = run(["cachekeeper", "hydrate", "--config", str(self.config), "--dest", str(cache),
+                       "--store", self.store], self.env(cache, tmp), self.work)
+        return {**self.serve(cache, tmp), "hydrate_s": round(secs, 3)}
+
+    def mega(self) -> dict[str, Any]:
+        cache, tmp = self.fresh("mega")
+        return self.serve(cache, tmp, "--mega-cache-load", str(self.mega_blob))
+
+    def warm(self) -> dict[str, Any]:
+        assert self.warm_dir is not None, "warm runs after a cold run"
+        return self.serve(*self.warm_dir)
+
+
+def measure(bench: Bench, repeats: int) -> dict[str, list[dict[str, Any]]]:
+    bench.setup()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SCENARIOS}
+    for i in range(repeats):
+        for name in SCENARIOS:   # cold first: it fills the warm dir and saves the Mega-Cache blob
+            result = getattr(bench, name)()
+            runs[name].append(result)
+            print(f"round {i + 1} {name:<8} first call {result['first_call_s']:7.2f}s "
+                  f"(fx hit {result['fxgraph_cache_hit']}, miss {result['fxgraph_cache_miss']})", flush=True)
+    return runs
+
+
+def summarize(runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for name, rs in runs.items():
+        out[name] = {c: statistics.median(r.get(c, 0.0) for r in rs) for c in COLUMNS}
+        out[name]["misses"] = max(r["fxgraph_cache_miss"] for r in rs)
+        out[name]["hits"] = min(r["fxgraph_cache_hit"] for r in rs)
+    return out
+
+
+def report(summary: Mapping[str, Mapping[str, float]], repeats: int, device: str) -> str:
+    cold = summary["cold"]["first_call_s"]
+    lines = [f"first call, medians of {repeats} new processes ({device}):",
+             f"{'scenario':<9} {'first call':>10} {'vs cold':>8} {'process':>8} {'hydrate':>8} {'dynamo':>7} "
+             f"{'backend':>8} {'mega load':>9} {'fx hit/miss':>11}"]
+    for name in SCENARIOS:
+        s = summary[name]
+        lines.append(f"{name:<9} {s['first_call_s']:>9.2f}s {cold / s['first_call_s']:>7.1f}x {s['process_s']:>7.1f}s "
+                     f"{s['hydrate_s']:>7.2f}s {s['dynamo_s']:>6.2f}s {s['backend_s']:>7.2f}s "
+                     f"{s['mega_cache_load_s']:>8.2f}s {int(s['hits']):>5}/{int(s['misses'])}")
+    h, m = summary["hydrate"], summary["mega"]
+    lines.append(f"hydrate vs mega-cache: {m['first_call_s'] / h['first_call_s']:.1f}x faster first call; "
+                 f"hydrate + first call {h['hydrate_s'] + h['first_call_s']:.1f}s vs cold {cold:.1f}s")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    work = (args.work or Path(tempfile.mkdtemp(prefix="ck-bench-"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work dir: {work}", flush=True)
+    try:
+        runs = measure(Bench(args, work), args.repeats)
+    finally:
+        if args.work is None:   # each run leaves a ~155 MB precompiled header behind
+            shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(runs)
+    print(report(summary, args.repeats, args.device))
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "summary": summary, "args": vars(args)}, default=str, indent=1))
+
+
+if __name__ == "__main__":
+    main()

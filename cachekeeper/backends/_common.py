@@ -1,0 +1,407 @@
+"""Helpers shared by the device backends (neuron, tpu, neuron_xla).
+
+Two halves with different import budgets:
+  * light (top of the file): versions from `importlib.metadata`, env knobs, version pins, root-aware
+    `include`, build-command assembly. The hydrate path and `doctor` use these; they never import torch.
+  * build (bottom): what a build subprocess does on the device (load the component, tensor parallel,
+    compile in the entry's mode, warm up, count compiles). torch and diffusers are imported inside the
+    functions only.
+
+Simulated device packages (tests/simulated/) stand in for torch-neuronx and torch_tpu on hosts without
+the hardware. CPU torch has no "neuron" or "tpu" device, so a simulated package exposes a `SIMULATION`
+object naming the device it really runs on and its compile counters; `device_runtime` is the one place
+that reads it. Real packages have no such attribute and get the real device string.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendUnavailable, BuildFailed, ConfigError
+from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob, ModelRef
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+# --- light: versions and pins ------------------------------------------------------------------------
+
+# Options that are not toolchain knobs: where/what, not how it compiles.
+LOCATION_OPTIONS = frozenset({"device", "import_from"})
+PIN_SUFFIX = "_version"
+
+
+def dist_version(name: str) -> str | None:
+    """Installed version of a distribution, or None; reads metadata only (no import of the package)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def installed_versions(dists: tuple[str, ...]) -> dict[str, str | None]:
+    return {d: dist_version(d) for d in dists}
+
+
+def missing_reason(versions: Mapping[str, str | None], hint: str) -> str | None:
+    """'torch-neuronx is not installed (pip install ...)', or None when all are present."""
+    missing = [d for d, v in versions.items() if v is None]
+    if not missing:
+        return None
+    return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed ({hint})"
+
+
+def require_versions(backend: str, dists: tuple[str, ...], hint: str) -> dict[str, str]:
+    versions = installed_versions(dists)
+    reason = missing_reason(versions, hint)
+    if reason:
+        raise BackendUnavailable(f"{backend}: {reason}")
+    return {d: v for d, v in versions.items() if v is not None}
+
+
+def pin_option(dist: str) -> str:
+    """The config option that pins a distribution: torch-neuronx -> torch_neuronx_version."""
+    return re.sub(r"[-.]", "_", dist.lower()) + PIN_SUFFIX
+
+
+def pin_matches(pin: str, installed: str) -> bool:
+    # "2.22" pins every 2.22.x; "2.22.1.0" pins exactly that build.
+    return installed == pin or installed.startswith(pin + ".") or installed.startswith(pin + "+")
+
+
+def check_pins(backend: str, options: Mapping[str, str], versions: Mapping[str, str | None]) -> None:
+    """A config that pins a version this host does not have is refused: its artifacts would be for another
+    toolchain than the config promises."""
+    for dist, installed in versions.items():
+        pin = options.get(pin_option(dist))
+        if pin is None:
+            continue
+        if installed is None:
+            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but it is not installed")
+        if not pin_matches(pin, installed):
+            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but {installed} is installed",
+                                     f"install {dist}=={pin} or change {pin_option(dist)} in the config")
+
+
+def is_pin(option: str) -> bool:
+    return option.endswith(PIN_SUFFIX)
+
+
+# --- light: env knobs --------------------------------------------------------------------------------
+
+
+def normalize_flags(value: str) -> str:
+    """Whitespace-insensitive form of a flags string (order kept: later flags override earlier ones)."""
+    return " ".join(value.split())
+
+
+def env_fields(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """`env.NAME` fingerprint fields; unset and empty are the same (both mean the runtime default)."""
+    return {f"env.{n}": normalize_flags(env.get(n, "")) for n in names}
+
+
+def option_fields(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
+    """Options no field covers (e.g. warm-up `text_len`) may change the graph: keep them as `option.*`."""
+    return {f"option.{k}": v for k, v in sorted(options.items())
+            if k not in known and k not in LOCATION_OPTIONS and not is_pin(k)}
+
+
+def choose(options: Mapping[str, str], option: str, env: Mapping[str, str], var: str, default: str) -> str:
+    """Config option, else the env var the runtime reads, else the runtime's default."""
+    return options.get(option) or env.get(var) or default
+
+
+def require_choice(backend: str, option: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{backend}: {option} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+# --- light: roots ------------------------------------------------------------------------------------
+
+
+class RootAwareBackend(Backend):
+    """Remembers the roots of the latest `build_roots` call, so `include` can look at the files (size,
+    sibling markers) and not only at their names. The worker builds and publishes one entry at a time
+    per backend object, calling `build_roots` first; `bind_roots` points it at an existing dir."""
+
+    def __init__(self) -> None:
+        self._roots: dict[str, Path] = {}
+
+    def build_roots(self, workdir: Path) -> dict[str, Path]:
+        roots = super().build_roots(workdir)
+        self._roots = dict(roots)
+        return roots
+
+    def bind_roots(self, roots: Mapping[str, Path]) -> None:
+        self._roots = dict(roots)
+
+    def root_dir(self, root: str) -> Path | None:
+        return self._roots.get(root)
+
+    def non_empty(self, root: str, relpath: str) -> bool:
+        """True unless the file is known to be empty (runtimes reject empty cache files as misses)."""
+        base = self.root_dir(root)
+        if base is None:
+            return True
+        try:
+            return (base / relpath).stat().st_size > 0
+        except OSError:
+            return False
+
+
+# --- light: build commands ---------------------------------------------------------------------------
+
+
+def tp_degree(job: BuildJob) -> int:
+    """Tensor-parallel degree: the entry's `tp` option (part of its key), else the model's setting."""
+    raw = dict(job.spec.options).get("tp") or str(job.model.tensor_parallel)
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ConfigError(f"{job.spec.label()}: tp must be an integer, not {raw!r}") from None
+    if n < 1:
+        raise ConfigError(f"{job.spec.label()}: tp must be >= 1, not {n}")
+    return n
+
+
+def module_command(module: str, job: BuildJob, env: Mapping[str, str]) -> BuildCommand:
+    """`python -m module JOB`, or N ranks of it under torchrun when the entry is tensor parallel."""
+    n = tp_degree(job)
+    cmd = Backend.python_module_command(module, job, env)
+    if n == 1:
+        return cmd
+    # --standalone: a private rendezvous on a free local port, so parallel builds never collide.
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+            "-m", module, job.to_json()]
+    return BuildCommand(argv, cmd.env)
+
+
+def cache_workdir(job: BuildJob) -> Path:
+    """The build's workdir: the parent of its cache root (Backend.build_roots puts roots there)."""
+    return Path(job.roots[CACHE_ROOT]).parent
+
+
+# --- build subprocess (imports torch lazily) ---------------------------------------------------------
+
+EAGER = "eager"
+FULL = "full"
+REPEATED_BLOCKS = "repeated_blocks"
+
+
+@dataclass(frozen=True)
+class DeviceRuntime:
+    """What a build needs from a device package."""
+
+    package: str                                   # "torch_neuronx", "torch_tpu"
+    device: str                                    # "neuron" / "tpu"; a simulation substitutes "cpu"
+    compile_backend: str                           # torch.compile backend name
+    dist_backend: str                              # init_process_group backend name
+    eager: Callable[[], AbstractContextManager[Any]]   # op-by-op mode; a no-op on real hardware
+    stats: Callable[[], dict[str, int]] | None     # runtime compile counters, None if it has none
+    simulated: bool
+
+
+def device_runtime(module: Any, *, device: str, compile_backend: str, dist_backend: str) -> DeviceRuntime:
+    """The runtime of an imported device package. Only simulated packages define `SIMULATION`."""
+    sim = getattr(module, "SIMULATION", None)
+    if sim is None:
+        return DeviceRuntime(module.__name__, device, compile_backend, dist_backend, contextlib.nullcontext,
+                             None, simulated=False)
+    return DeviceRuntime(module.__name__, sim.device, compile_backend, dist_backend, sim.eager_mode,
+                         sim.stats, simulated=True)
+
+
+def import_device_package(name: str, backend: str, hint: str) -> Any:
+    """Import the device package explicitly (builds run with TORCH_DEVICE_BACKEND_AUTOLOAD=0)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise BackendUnavailable(f"{backend}: cannot import {name}: {exc}", hint) from None
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise BuildFailed(f"unknown dtype {name!r}")
+    return dt
+
+
+def load_component(ref: ModelRef, dtype: str) -> Any:
+    """The component on CPU (tensor parallel shards it there before it moves to the device)."""
+    from diffusers import AutoModel
+
+    auto: Any = AutoModel  # diffusers is untyped
+    if ref.pipeline:
+        raise BuildFailed(f"{ref.name}: whole-pipeline warm-up is not supported on this backend",
+                          "warm up the component (pipeline: false)")
+    kwargs: dict[str, Any] = {"torch_dtype": torch_dtype(dtype)}
+    if ref.path:
+        source: str = ref.path
+        component_dir = Path(ref.path) / ref.component
+        kwargs["subfolder"] = ref.component if component_dir.is_dir() else None
+    elif ref.hub:
+        source = ref.hub
+        kwargs["subfolder"] = ref.component
+        if ref.revision:
+            kwargs["revision"] = ref.revision
+    else:
+        raise BuildFailed(f"{ref.name}: the model has neither a path nor a hub id")
+    try:
+        model = auto.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise BuildFailed(f"{ref.name}: cannot load {ref.component} from {source}: {exc}") from None
+    return model.eval().requires_grad_(False)
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) as torchrun sets them; (0, 1) when run directly."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_tensor_parallel(rt: DeviceRuntime, model: Any) -> None:
+    """Shard the model over all ranks with diffusers' TensorParallelConfig on a device mesh."""
+    import torch.distributed as dist
+    from diffusers import TensorParallelConfig
+    from torch.distributed.device_mesh import DeviceMesh
+
+    tp_config: Any = TensorParallelConfig  # diffusers is untyped
+
+    dist.init_process_group(backend=rt.dist_backend)
+    mesh = DeviceMesh(rt.device, list(range(dist.get_world_size())))
+    model.enable_parallelism(config=tp_config(mesh=mesh))
+
+
+def compile_for_mode(model: Any, mode: str, rt: DeviceRuntime, eager_modes: tuple[str, ...]) -> None:
+    """Compile the way a server does, or not at all for eager modes (ops compile as they run)."""
+    kwargs = {"backend": rt.compile_backend, "fullgraph": True, "dynamic": False}
+    if mode == FULL:
+        model.compile(**kwargs)
+    elif mode == REPEATED_BLOCKS:
+        model.compile_repeated_blocks(**kwargs)
+    elif mode not in eager_modes:
+        raise BuildFailed(f"{rt.package}: unknown mode {mode!r}")
+
+
+def count_files(root: Path, pattern: Callable[[str], bool]) -> int:
+    if not root.is_dir():
+        return 0
+    return sum(1 for p in root.rglob("*") if p.is_file() and pattern(p.relative_to(root).as_posix()))
+
+
+def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
+    """The runtime's counters summed over all ranks (every rank compiles or loads its own graphs)."""
+    if rt.stats is None:
+        return None
+    mine = rt.stats()
+    _, size = world()
+    if size == 1:
+        return mine
+    import torch.distributed as dist
+
+    parts: list[dict[str, int] | None] = [None] * size
+    dist.all_gather_object(parts, mine)
+    total: dict[str, int] = {}
+    for part in parts:
+        for k, v in (part or {}).items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
+              is_artifact: Callable[[str], bool]) -> dict[str, Any]:
+    """Load, (shard), place, compile, warm up once at the entry's shape; return the result record."""
+    import torch
+
+    from ..warmup import build_inputs
+
+    t0 = time.perf_counter()
+    cache = Path(job.roots[CACHE_ROOT])
+    before = count_files(cache, is_artifact)
+    rank, size = world()
+    model = load_component(job.model, job.spec.dtype)
+    if size > 1:
+        init_tensor_parallel(rt, model)
+    model.to(rt.device)
+    compile_for_mode(model, job.spec.mode, rt, eager_modes)
+    inputs = build_inputs(model, job.model, job.spec.shape, job.spec.dtype, rt.device, job.options)
+    t1 = time.perf_counter()
+    eager = rt.eager() if job.spec.mode in eager_modes else contextlib.nullcontext()
+    with torch.no_grad(), eager:
+        model(**inputs)
+    first_call = time.perf_counter() - t1
+    stats = gather_stats(rt)
+    after = count_files(cache, is_artifact)
+    counters: dict[str, int | None]
+    if stats is not None:
+        counters = {"compiled": stats.get("compiled", 0), "loaded": stats.get("loaded", 0), **stats}
+    else:
+        # No runtime counters: new artifacts in a dir that started empty or hydrated are compiles.
+        counters = {"compiled": after - before, "loaded": None}
+    return {
+        "ok": True, "entry": job.spec.key, "backend": job.spec.backend, "mode": job.spec.mode,
+        "package": rt.package, "device": rt.device, "simulated": rt.simulated, "rank": rank,
+        "world_size": size, "counters": counters,
+        "counters_source": "runtime" if stats is not None else "cache-dir diff",
+        "artifacts": after,
+        "timings": {"first_call_s": round(first_call, 3), "total_s": round(time.perf_counter() - t0, 3)},
+    }
+
+
+def write_result(path: str, result: Mapping[str, Any]) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1, sort_keys=True))
+
+
+def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str, Any]]) -> int:
+    """The entry point of a build module: one `cachekeeper-build: error:` line and exit 1 on failure."""
+    from ..errors import CachekeeperError
+
+    if len(argv) != 1:
+        print(f"usage: python -m {prog} '<job json>'", file=sys.stderr)
+        return 2
+    try:
+        job = BuildJob.from_json(argv[0])
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"cachekeeper-build: error: bad job JSON: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = build(job)
+    except CachekeeperError as exc:
+        print(f"cachekeeper-build: error: {exc.message}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        import traceback
+
+        traceback.print_exc()
+        print(f"cachekeeper-build: error: {job.spec.label()}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _close_process_group()
+    if result.get("rank", 0) == 0:
+        write_result(job.result_path, result)
+        print(json.dumps({"counters": result.get("counters")}))
+    return 0
+
+
+def _close_process_group() -> None:
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,111 @@
+"""`cachekeeper doctor`: which backends this host can use, its toolchain fingerprint for each, the cache dir
+the runtime would read, and environment settings that would make hydrated artifacts go unused.
+
+Never imports torch: backends answer with light probes only (importlib.metadata, env, sysfs).
+The command is attached to the main group by the CLI module (`cli.add_command(doctor)`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from ..errors import BackendUnavailable, CachekeeperError
+
+
+def _backend_names() -> list[str]:
+    from ..backends import REGISTRY
+
+    try:
+        from ..backends import registry  # plugins from CACHEKEEPER_BACKENDS, where supported
+    except ImportError:
+        return sorted(REGISTRY)
+    return sorted(registry())
+
+
+def _options(config_path: str | None, backend: str) -> dict[str, str]:
+    if config_path is None:
+        return {}
+    from ..config import load_config
+
+    return load_config(config_path).options_for(backend)
+
+
+def _cache_dir(backend: Any) -> dict[str, str | None]:
+    value = os.environ.get(backend.env_var)
+    if value:
+        return {"path": value, "source": f"env {backend.env_var}"}
+    default = getattr(backend, "default_cache_dir", None)
+    if default:
+        return {"path": default, "source": "runtime default"}
+    return {"path": None, "source": f"{backend.env_var} unset: the runtime keeps no persistent cache"}
+
+
+def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
+    """One backend's report; every failure becomes a `reason`, never an exception."""
+    from ..backends import get_backend
+
+    row: dict[str, Any] = {"backend": name, "usable": False, "reason": None, "fingerprint": None,
+                           "env_var": None, "cache_dir": None, "warnings": []}
+    try:
+        backend = get_backend(name)
+    except (ImportError, AttributeError) as exc:
+        row["reason"] = f"backend module cannot be loaded: {exc}"
+        return row
+    row["env_var"] = backend.env_var
+    row["cache_dir"] = _cache_dir(backend)
+    warnings = getattr(backend, "env_warnings", None)
+    if warnings is not None:
+        row["warnings"] = list(warnings(options))
+    reason = backend.unavailable_reason()
+    if reason:
+        row["reason"] = reason
+        return row
+    try:
+        fp = backend.fingerprint(options)
+    except BackendUnavailable as exc:
+        row["reason"] = exc.message.removeprefix(f"{name}: ")
+        return row
+    except CachekeeperError as exc:
+        row["reason"] = exc.message
+        return row
+    row["usable"] = True
+    row["fingerprint"] = {"id": fp.id, "fields": dict(fp.fields)}
+    return row
+
+
+def _echo_text(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        status = "usable" if row["usable"] else f"not usable: {row['reason']}"
+        click.echo(f"{row['backend']}: {status}")
+        if row["fingerprint"]:
+            click.echo(f"  fingerprint {row['fingerprint']['id']}")
+            for k, v in row["fingerprint"]["fields"].items():
+                click.echo(f"    {k} = {v}")
+        if row["cache_dir"]:
+            cd = row["cache_dir"]
+            click.echo(f"  cache dir: {cd['path'] or '-'} ({cd['source']})")
+        for w in row["warnings"]:
+            click.echo(f"  warning: {w}")
+
+
+@click.command()
+@click.option("--backend", "backends", multiple=True, help="check only this backend (repeatable)")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              help="config whose backend_options feed the fingerprints")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
+def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool) -> None:
+    """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
+    names = list(backends) or _backend_names()
+    rows = [check_backend(n, _options(config_path, n)) for n in names]
+    if as_json:
+        click.echo(json.dumps({"backends": rows}, indent=1, sort_keys=True))
+    else:
+        _echo_text(rows)
+    # Asked about a backend by name and it cannot be used: that is the answer, as an exit status.
+    unusable = [r for r in rows if backends and not r["usable"]]
+    if unusable:
+        raise click.exceptions.Exit(BackendUnavailable.exit_code)

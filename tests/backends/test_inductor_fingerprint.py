@@ -1,0 +1,262 @@
+"""InductorBackend without torch: the fingerprint (stable, sensitive to every field Inductor's own key
+misses), the ISA choice it mirrors, the roots, include() and the build command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cachekeeper.backends import get_backend
+from cachekeeper.backends.base import BuildJob, ModelRef
+from cachekeeper.backends.inductor import InductorBackend, probes
+from cachekeeper.errors import BackendUnavailable
+from cachekeeper.spec import EntrySpec, Shape
+
+CPU = {"device": "cpu"}
+
+
+def backend(**env: str | None) -> InductorBackend:
+    """A backend that sees this process's env with `env` applied (None deletes a variable)."""
+    merged = dict(os.environ)
+    for k, v in env.items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = v
+    return InductorBackend(env=merged)
+
+
+def fp_id(**env: str | None) -> str:
+    return backend(**env).fingerprint(CPU).id
+
+
+def fake_cxx(tmp_path: Path, name: str, banner: str) -> Path:
+    exe = tmp_path / name
+    exe.write_text(f"#!/bin/sh\necho '{banner}' >&2\n")
+    exe.chmod(0o755)
+    return exe
+
+
+# --- registry and light import ---------------------------------------------------------------------
+
+
+def test_registered_as_inductor_with_its_contract() -> None:
+    b = get_backend("inductor")
+    assert isinstance(b, InductorBackend)
+    assert (b.name, b.env_var, b.modes, b.shared_roots) == (
+        "inductor", "TORCHINDUCTOR_CACHE_DIR", ("full", "repeated_blocks"), frozenset({"pch"}))
+
+
+def test_import_and_fingerprint_do_not_import_torch() -> None:
+    code = ("import sys, cachekeeper.backends.inductor as m; m.InductorBackend().fingerprint({'device': 'cpu'});"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- fingerprint -----------------------------------------------------------------------------------
+
+
+def test_fingerprint_names_the_toolchain() -> None:
+    fields = dict(backend().fingerprint(CPU).fields)
+    assert {"torch", "torch_path", "python", "device", "cpu_isa", "omp_threads", "cxx", "cxx_id"} <= fields.keys()
+    assert fields["device"] == "cpu"
+    assert Path(fields["torch_path"], "__init__.py").is_file()
+    assert Path(fields["cxx"]).is_absolute()
+
+
+def test_fingerprint_is_the_same_in_another_process() -> None:
+    code = ("import json; from cachekeeper.backends.inductor import InductorBackend;"
+            "print(json.dumps(InductorBackend().fingerprint({'device': 'cpu'}).to_dict()))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out) == InductorBackend().fingerprint(CPU).to_dict()
+
+
+def test_fingerprint_is_fast_once_the_compiler_was_probed() -> None:
+    b = backend()
+    b.fingerprint(CPU)
+    best = min(_timed(lambda: b.fingerprint(CPU)) for _ in range(5))
+    assert best < 0.05, f"warm fingerprint took {best * 1000:.1f} ms"
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+@pytest.mark.parametrize("env", [
+    {"OMP_NUM_THREADS": "1"},
+    {"OMP_NUM_THREADS": "3"},
+    {"ATEN_CPU_CAPABILITY": "default"},       # vector ISA off: different kernels on any x86/arm host
+    {"TORCHINDUCTOR_CPP_WRAPPER": "1"},
+    {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"},
+    {"TORCH_COMPILE_CACHE_KEY_TAG": "x"},
+    {"TORCHINDUCTOR_SOME_FUTURE_KNOB": "1"},  # unknown variables separate (a miss, never a wrong hit)
+], ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+def test_output_changing_env_changes_the_id(env: dict[str, str]) -> None:
+    base = {k: None for k in env}
+    assert fp_id(**env) != fp_id(**base)
+
+
+@pytest.mark.parametrize("var", [
+    "TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+    "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCH_COMPILE_JOB_ID",
+])
+def test_env_that_cannot_change_output_keeps_the_id(var: str) -> None:
+    assert fp_id(**{var: "/somewhere/else"}) == fp_id(**{var: None})
+
+
+def test_compiler_path_and_identity_change_the_id(tmp_path: Path) -> None:
+    a = fake_cxx(tmp_path, "cxx-a", "gcc version 12.2.0")
+    b = fake_cxx(tmp_path, "cxx-b", "gcc version 13.1.0")
+    fa, fb = backend(CXX=str(a)).fingerprint(CPU), backend(CXX=str(b)).fingerprint(CPU)
+    assert fa.id != fp_id(CXX=None)
+    assert fa.diff(fb).keys() == {"cxx", "cxx_id"}
+
+
+def test_compiler_replaced_in_place_is_probed_again(tmp_path: Path) -> None:
+    exe = fake_cxx(tmp_path, "c++", "gcc version 12.2.0")
+    before = backend(CXX=str(exe)).fingerprint(CPU)
+    fake_cxx(tmp_path, "c++", "gcc version 14.1.0")
+    os.utime(exe, ns=(time.time_ns(), time.time_ns() + 10**9))  # a distinct mtime even on coarse clocks
+    assert backend(CXX=str(exe)).fingerprint(CPU).diff(before).keys() == {"cxx_id"}
+
+
+def test_device_changes_the_id_and_adds_gpu_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "nvidia_smi", lambda: ("NVIDIA H200", "9.0"))
+    cpu, cuda = backend().fingerprint(CPU), backend().fingerprint({"device": "cuda"})
+    assert cpu.id != cuda.id
+    assert {"device", "gpu", "gpu_cc", "cuda", "triton"} <= cpu.diff(cuda).keys()
+    assert cuda.get("gpu") == "NVIDIA H200"
+
+
+def test_compile_options_change_the_id_but_locations_do_not() -> None:
+    b = backend()
+    assert b.fingerprint({**CPU, "mode": "max-autotune"}).id != b.fingerprint(CPU).id
+    assert b.fingerprint({**CPU, "pch_dir": "/elsewhere"}).id == b.fingerprint(CPU).id
+
+
+# --- availability ----------------------------------------------------------------------------------
+
+
+def test_available_here() -> None:
+    assert backend().unavailable_reason() is None
+
+
+def test_missing_compiler_is_unavailable_with_a_reason() -> None:
+    b = backend(CXX="no-such-compiler-xyz")
+    assert "no-such-compiler-xyz" in (b.unavailable_reason() or "")
+    with pytest.raises(BackendUnavailable):
+        b.fingerprint(CPU)
+
+
+def test_missing_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "dist_version", lambda name: None)
+    assert backend().unavailable_reason() == "torch is not installed"
+
+
+def test_cuda_without_nvidia_smi_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "nvidia_smi", lambda: None)
+    assert "nvidia-smi" in (backend().unavailable_reason({"device": "cuda"}) or "")
+    with pytest.raises(BackendUnavailable):
+        backend().fingerprint({"device": "cuda"})
+
+
+# --- the ISA Inductor would pick -------------------------------------------------------------------
+
+AVX2 = frozenset({"avx", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+SPR = AVX512 | {"avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
+
+
+@pytest.mark.parametrize(("machine", "flags", "capability", "isa"), [
+    ("x86_64", AVX2, None, "avx2"),
+    ("x86_64", AVX512, None, "avx512"),
+    ("x86_64", AVX512 | {"avx512_vnni"}, None, "avx512_vnni"),
+    ("x86_64", SPR, None, "amx_tile"),
+    ("x86_64", SPR, "avx2", "avx2"),                  # the case that returned NaN from an AVX-512 cache
+    ("x86_64", SPR, "avx512", "amx_tile"),            # Inductor matches "avx512" inside AMX's name
+    ("x86_64", SPR, "default", "default"),
+    ("x86_64", AVX2, "avx512", "avx2"),               # unsupported request: Inductor keeps its best
+    ("x86_64", AVX2, "bogus", "avx2"),
+    ("x86_64", frozenset({"sse4_2"}), None, "default"),
+    ("aarch64", frozenset({"asimd"}), None, "neon"),
+    ("aarch64", frozenset({"asimd", "sve", "bf16"}), None, "sve"),
+])
+def test_pick_isa_mirrors_inductor(machine: str, flags: frozenset[str], capability: str | None, isa: str) -> None:
+    assert probes.pick_isa(machine, flags, capability) == isa
+
+
+def test_isa_field_carries_extensions_that_change_compile_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "cpu_flags", lambda: SPR | {"amx_fp16"})
+    monkeypatch.setattr(probes.platform, "machine", lambda: "x86_64")
+    assert probes.cpu_isa({}) == "x86_64:amx_tile+avx512_bf16+amx_fp16"
+    assert probes.cpu_isa({"ATEN_CPU_CAPABILITY": "avx2"}) == "x86_64:avx2"
+
+
+def test_avx512_cache_is_not_offered_to_an_avx2_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(probes, "cpu_flags", lambda: AVX512)
+    avx512 = backend(ATEN_CPU_CAPABILITY=None).fingerprint(CPU)
+    monkeypatch.setattr(probes, "cpu_flags", lambda: AVX2)
+    avx2 = backend(ATEN_CPU_CAPABILITY=None).fingerprint(CPU)
+    assert avx512.diff(avx2) == {"cpu_isa": ("x86_64:avx512", "x86_64:avx2")}
+
+
+# --- roots, include, build command -----------------------------------------------------------------
+
+
+def test_build_roots_put_the_header_under_the_builds_tmpdir(tmp_path: Path) -> None:
+    roots = backend().build_roots(tmp_path)
+    assert roots["cache"] == tmp_path / "cache"
+    assert roots["pch"] == tmp_path / "tmp" / f"torchinductor_{probes.username()}" / "precompiled_headers"
+
+
+def test_extra_roots_follow_the_serving_tmpdir_unless_configured(tmp_path: Path) -> None:
+    user = probes.username()
+    assert backend(TMPDIR=str(tmp_path)).extra_roots({}) == {
+        "pch": tmp_path / f"torchinductor_{user}" / "precompiled_headers"}
+    assert backend().extra_roots({"pch_dir": "/opt/pch"}) == {"pch": Path("/opt/pch")}
+
+
+@pytest.mark.parametrize(("root", "relpath", "kept"), [
+    ("cache", "fxgraph/37/fabc/fdef", True),
+    ("cache", "aotautograd/aabc/entry", True),
+    ("cache", "zn/cznabc.main.so", True),
+    ("cache", "zn/cznabc.main.cpp", True),
+    ("cache", "7q/c7qabc.py", True),
+    ("cache", "triton/0/ABC/kernel.cubin", True),
+    ("cache", "locks/cznabc.lock", False),
+    ("cache", "fxgraph/37/fabc/.1234.5678.tmp", False),
+    ("cache", "zn/cznabc_CxxBuild/cznabc.o", False),
+    ("cache", "triton/0/tmp.pid_12_34/kernel.cubin", False),
+    ("cache", "7q/__pycache__/c7qabc.cpython-311.pyc", False),
+    ("cache", "zn/tmpa1b2c3d4", False),
+    ("cache", "zn/.x.bin.ck-tmp", False),
+    ("pch", "cyow.h", True),
+    ("pch", "cyow.h.gch", True),
+    ("pch", "locks/cyow.lock", False),
+    ("pch", "stray.txt", False),
+])
+def test_include_keeps_artifacts_and_drops_locks_and_temps(root: str, relpath: str, kept: bool) -> None:
+    assert backend().include(root, relpath) is kept
+
+
+def test_build_command_points_inductor_at_the_roots(tmp_path: Path) -> None:
+    b = backend()
+    roots = {k: str(v) for k, v in b.build_roots(tmp_path).items()}
+    spec = EntrySpec("tiny-flux", "transformer", "inductor", "full", Shape(64, 64, 1), "float32")
+    job = BuildJob(spec, ModelRef("tiny-flux", "transformer", path="/m"), roots, CPU, str(tmp_path / "r.json"))
+    cmd = b.build_command(job)
+    assert cmd.argv[:3] == [sys.executable, "-m", "cachekeeper.backends.inductor.build"]
+    assert BuildJob.from_json(cmd.argv[3]) == job
+    assert cmd.env["TORCHINDUCTOR_CACHE_DIR"] == roots["cache"]
+    assert probes.default_pch_dir(cmd.env["TMPDIR"]) == Path(roots["pch"])
+    assert cmd.env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == cmd.env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"

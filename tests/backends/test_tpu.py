@@ -1,0 +1,171 @@
+"""TPUBackend without builds: fingerprint fields and sensitivity, tier-2 guard, pins, include, command.
+
+Versions come from simulated package metadata (tests/simulated); nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachekeeper.backends import get_backend
+from cachekeeper.backends.base import BuildJob, ModelRef
+from cachekeeper.backends.tpu import TPUBackend
+from cachekeeper.errors import BackendUnavailable, ConfigError
+from tests.simulated.harness import clear_device_env, entry, install
+
+BASE = {"chip": "v6e", "topology": "2x4"}
+K = "0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    clear_device_env(monkeypatch)
+    return install(monkeypatch, tmp_path / "site")
+
+
+def test_fingerprint_names_versions_platform_chip_topology_and_flags() -> None:
+    fields = dict(TPUBackend().fingerprint(BASE).fields)
+    assert (fields["torch_tpu"], fields["libtpu"]) == ("0.5.0", "0.0.24")
+    assert fields["pjrt_platform"].startswith("libtpu.so:sha256=")  # from libtpu's RECORD, not by loading it
+    assert (fields["chip"], fields["topology"]) == ("v6e", "2x4")
+    assert fields["xla_flags"] == fields["libtpu_init_args"] == ""
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("torch_tpu", "site:torch_tpu=0.6.0"),
+    ("chip", "option:chip=v7x"),
+    ("topology", "option:topology=4x4"),
+    ("libtpu_init_args", "env:LIBTPU_INIT_ARGS=--xla_tpu_enable_latency_hiding_scheduler=true"),
+    ("xla_flags", "env:XLA_FLAGS=--xla_dump_to=/tmp/x"),
+    ("env.TORCH_TPU_INTERNAL_XLA_OPTIONS", "env:TORCH_TPU_INTERNAL_XLA_OPTIONS=a=b"),
+])
+def test_each_field_separates_toolchains(field: str, change: str, monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path) -> None:
+    before = TPUBackend().fingerprint(BASE)
+    kind, _, assignment = change.partition(":")
+    name, _, value = assignment.partition("=")
+    options = dict(BASE)
+    if kind == "site":
+        install(monkeypatch, tmp_path / "site2", **{name: value})
+    elif kind == "env":
+        monkeypatch.setenv(name, value)
+    else:
+        options[name] = value
+    after = TPUBackend().fingerprint(options)
+    assert after.id != before.id
+    assert set(before.diff(after)) == {field}
+
+
+def test_a_libtpu_upgrade_changes_its_version_and_the_platform_binary(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    before = TPUBackend().fingerprint(BASE)
+    install(monkeypatch, tmp_path / "site2", libtpu="0.0.25")
+    assert set(before.diff(TPUBackend().fingerprint(BASE))) == {"libtpu", "pjrt_platform"}
+
+
+def test_chip_and_topology_come_from_cloud_env_when_the_config_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELERATOR_TYPE", "v6e-8")
+    fields = dict(TPUBackend().fingerprint({}).fields)
+    assert (fields["chip"], fields["topology"]) == ("v6e", "v6e-8")
+    monkeypatch.setenv("TPU_TOPOLOGY", "2x4")
+    assert TPUBackend().fingerprint({}).get("topology") == "2x4"
+
+
+def test_an_unknown_chip_option_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="chip must be one of v6e, v7x"):
+        TPUBackend().fingerprint({"chip": "v3"})
+
+
+def test_fingerprint_is_stable_across_processes() -> None:
+    code = ("from cachekeeper.backends import get_backend; "
+            "print(get_backend('tpu').fingerprint({'chip': 'v6e', 'topology': '2x4'}).id)")
+    ids = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+           for _ in range(2)}
+    assert ids == {get_backend("tpu").fingerprint(BASE).id}
+
+
+# --- tier 2 must stay on ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("var", ["TORCH_TPU_TIER2_COMPILATION_CACHE", "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE"])
+def test_boot_hook_refuses_a_disabled_tier2_because_tier3_dies_with_it(var: str, monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    backend = TPUBackend()
+    assert backend.env_exports(tmp_path) == {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": str(tmp_path)}
+    monkeypatch.setenv(var, "disabled")
+    with pytest.raises(BackendUnavailable, match=f"{var}=disabled turns off tier 2") as exc:
+        backend.env_exports(tmp_path)
+    assert exc.value.hint == f"unset {var} before the server starts"
+    assert any("tier 2" in w for w in backend.env_warnings({}))
+
+
+def test_the_public_tier2_variable_overrides_the_internal_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE", "disabled")
+    monkeypatch.setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", "shared")
+    assert TPUBackend().env_exports(tmp_path)  # no refusal
+
+
+def test_a_build_drops_a_host_setting_that_disables_tier2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", "disabled")
+    env = TPUBackend().build_command(_job(tmp_path, "eager")).env
+    assert "TORCH_TPU_TIER2_COMPILATION_CACHE" not in env
+    assert env["TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"] == str(tmp_path / "w" / "cache")
+
+
+# --- pins, availability ----------------------------------------------------------------------------
+
+
+def test_a_missing_torch_tpu_is_unavailable_with_an_install_hint(host: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(host)])
+    install(monkeypatch, tmp_path / "bare", torch_tpu=None)
+    reason = TPUBackend().unavailable_reason()
+    assert reason is not None and "torch-tpu is not installed" in reason and "pip install" in reason
+    with pytest.raises(BackendUnavailable, match="torch-tpu is not installed"):
+        TPUBackend().fingerprint(BASE)
+
+
+def test_a_pinned_libtpu_mismatch_is_refused_in_one_line() -> None:
+    with pytest.raises(BackendUnavailable) as exc:
+        TPUBackend().fingerprint({**BASE, "libtpu_version": "0.0.20"})
+    assert str(exc.value) == "tpu: config pins libtpu 0.0.20 but 0.0.24 is installed"
+
+
+# --- include, command ------------------------------------------------------------------------------
+
+
+def test_include_keeps_entries_under_the_platform_dir_only(tmp_path: Path) -> None:
+    backend = TPUBackend()
+    cache = backend.build_roots(tmp_path)["cache"]
+    files = {
+        f"{K}/{K}_{K}_{K}.bin": b"exe", f"{K}/{K}_{K}.bin": b"exe (older two-part key)",
+        f"{K}/{K}_{K}_{K[:-1]}0.bin": b"",  # empty: the runtime falls back to compiling
+        f"{K}/{K}_{K}_{K}.bin.host-1-2-3.0.tmp": b"partial", f"{K}_{K}_{K}.bin": b"no platform dir",
+        f"{K}/{K}_{K}_{K}.bin.lock": b"", "default/x.bin": b"",
+    }
+    for rel, data in files.items():
+        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cache / rel).write_bytes(data)
+    assert sorted(r for r in files if backend.include("cache", r)) == [f"{K}/{K}_{K}.bin", f"{K}/{K}_{K}_{K}.bin"]
+
+
+def _job(tmp_path: Path, mode: str, tp: int = 1) -> BuildJob:
+    return BuildJob(entry("tpu", mode, tp=tp), ModelRef("m", "transformer", path=str(tmp_path / "m")),
+                    {"cache": str(tmp_path / "w" / "cache")}, {"xla_flags": "--a=1"}, str(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize(("mode", "defer"), [("eager", "0"), ("defer_and_fuse", "1"), ("full", "0")])
+def test_build_command_sets_the_eager_mode_the_entry_names(mode: str, defer: str, tmp_path: Path) -> None:
+    cmd = TPUBackend().build_command(_job(tmp_path, mode))
+    assert cmd.argv[1:3] == ["-m", "cachekeeper.backends.tpu.build"]
+    assert cmd.env["TORCH_TPU_DEFER_AND_FUSE"] == defer
+    assert cmd.env["XLA_FLAGS"] == "--a=1" and cmd.env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+
+
+def test_a_tensor_parallel_entry_builds_under_torchrun(tmp_path: Path) -> None:
+    argv = TPUBackend().build_command(_job(tmp_path, "full", tp=2)).argv
+    assert argv[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]

@@ -1,0 +1,89 @@
+"""Test helpers around the simulated device packages: a simulated host, tiny models, build runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildJob, ModelRef
+from cachekeeper.spec import EntrySpec, Shape
+
+from . import DEFAULT_VERSIONS, REPO, make_site, pythonpath
+
+# Env that changes what the simulated runtimes (and our fingerprints) do: cleared for every test.
+DEVICE_ENV = (
+    "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR", "TORCH_NEURONX_NEFF_DISABLE_CACHE",
+    "NEURON_PLATFORM_TARGET_OVERRIDE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_COMPILER_OPT_LEVEL",
+    "NEURON_CC_FLAGS", "NEURON_RT_VIRTUAL_CORE_SIZE", "TORCH_NEURONX_COMPLEX_DECOMPOSE", "SIM_NEURON_TARGET",
+    "NEURON_COMPILE_CACHE_URL",
+    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_ROOT",
+    "TORCH_TPU_TIER2_COMPILATION_CACHE", "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE",
+    "TORCH_TPU_DEFER_AND_FUSE", "TPU_DEFER_AND_FUSE", "XLA_FLAGS", "LIBTPU_INIT_ARGS",
+    "TORCH_TPU_INTERNAL_XLA_OPTIONS", "ACCELERATOR_TYPE", "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY",
+    "TORCH_TPU_TOPOLOGY", "CACHEKEEPER_BACKENDS",
+)
+
+
+def clear_device_env(mp: pytest.MonkeyPatch) -> None:
+    for name in DEVICE_ENV:
+        mp.delenv(name, raising=False)
+
+
+def install(mp: pytest.MonkeyPatch, site_dir: Path, **overrides: str | None) -> Path:
+    """Make `site_dir` a simulated host's metadata (default versions, `overrides` by dist name with
+    '_' for '-'; None removes a package) for this process and for subprocesses."""
+    versions = {**DEFAULT_VERSIONS, **{k.replace("_", "-"): v for k, v in overrides.items()}}
+    site = make_site(site_dir, versions)
+    mp.syspath_prepend(str(site))
+    mp.setenv("PYTHONPATH", pythonpath(site, packages=True))
+    return site
+
+
+def make_tiny_flux(dest: Path) -> ModelRef:
+    """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`."""
+    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "examples" / "make_tiny_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.make_flux(dest)
+    return ModelRef("tiny-flux", "transformer", path=str(dest / "tiny-flux"), inputs="flux")
+
+
+def entry(backend: str, mode: str, *, tp: int = 1, shape: Shape = Shape(64, 64, 1)) -> EntrySpec:
+    options = (("tp", str(tp)),) if tp > 1 else ()
+    return EntrySpec("tiny-flux", "transformer", backend, mode, shape, "float32", options=options)
+
+
+# Warm-up at a short prompt: same graph structure as the default 512 tokens, faster on 2 cores.
+WARMUP_OPTIONS = {"text_len": "8"}
+
+
+def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path, *,
+              options: Mapping[str, str] = WARMUP_OPTIONS, seed_from: Path | None = None,
+              timeout: float = 600) -> dict[str, Any]:
+    """Run the backend's real build command in a subprocess; `seed_from` pre-fills the cache root
+    (a hydrated dir). Returns the result JSON the build wrote."""
+    roots = backend.build_roots(workdir)
+    for root in roots.values():
+        root.mkdir(parents=True, exist_ok=True)
+    if seed_from is not None:
+        shutil.copytree(seed_from, roots[CACHE_ROOT], dirs_exist_ok=True)
+    job = BuildJob(spec, model, {k: str(v) for k, v in roots.items()}, dict(options),
+                   result_path=str(workdir / "result.json"))
+    cmd = backend.build_command(job)
+    proc = subprocess.run(cmd.argv, env=cmd.env, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    assert proc.returncode == 0, f"build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    result: dict[str, Any] = json.loads((workdir / "result.json").read_text())
+    return result
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())

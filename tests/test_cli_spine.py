@@ -1,0 +1,229 @@
+"""The spine through the real `cachekeeper` command: prebuild -> store -> catalog -> hydrate.
+
+Uses the fake backend (tests/fakes.py: a real subprocess build that writes files, no torch) so every
+path of the CLI runs for real in a few seconds; the Inductor loop lives in tests/backends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import ENABLE
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def config_text(model_dir: Path, **extra: str) -> str:
+    build = extra.get("build", "")
+    return f"""
+version: 1
+{build}
+defaults:
+  backends: [fake]
+  modes: [full]
+  dtypes: [float32]
+  shapes: {{height: [64, 128], width: [64], batch: [1]}}
+models:
+  - name: tiny
+    path: {model_dir}
+    component: transformer
+"""
+
+
+class Env:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.model = tmp / "model"
+        self.model.mkdir()
+        self.config = tmp / "ck.yaml"
+        self.config.write_text(config_text(self.model))
+        self.shared = tmp / "shared-dest"
+        self.vars = {**os.environ, **ENABLE, "CACHEKEEPER_HOME": str(tmp / "home"),
+                     "FAKE_SHARED_DIR": str(self.shared), "PYTHONPATH": str(REPO)}
+        self.vars.pop("CACHEKEEPER_STORE", None)
+        self.vars.pop("CACHEKEEPER_CATALOG", None)
+
+    def run(self, *args: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True,
+                              env={**self.vars, **env}, cwd=self.tmp, timeout=120)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if ok:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+
+
+@pytest.fixture()
+def env(tmp_path: Path) -> Env:
+    return Env(tmp_path)
+
+
+@pytest.fixture()
+def built(env: Env) -> Env:
+    env.run("prebuild", str(env.config))
+    return env
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode != 0 and len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_prebuild_then_hydrate_reproduces_the_build_in_a_fresh_dir(built: Env) -> None:
+    dest = built.tmp / "dest"
+    proc = built.run("hydrate", "--config", str(built.config), "--dest", str(dest), "--print-env", "--json")
+    lines = proc.stdout.splitlines()
+    report = json.loads(lines[0])
+    # Both entries write the same 15 paths (the first manifest wins each path), plus 1 shared header.
+    assert report["files_fetched"] == 15 + 1 and len(report["manifests"]) == 3  # 2 entries + 1 shared
+    assert lines[1] == f"export FAKE_CACHE_DIR={dest}"
+    assert len(list(dest.glob("0?/k*.neff"))) == 12 and (dest / "large.bin").stat().st_size == 5 << 20
+    assert not (dest / "busy.lock").exists()  # the backend's include() keeps locks out
+    assert (built.shared / "header.gch").read_text().startswith("header 1 ")
+
+
+def test_a_second_prebuild_builds_nothing(built: Env) -> None:
+    proc = built.run("prebuild", str(built.config), "--json")
+    assert json.loads(proc.stdout)["counts"] == {"present": 2}
+
+
+def test_a_noop_hydrate_is_fast_and_touches_nothing(built: Env) -> None:
+    dest = built.tmp / "dest"
+    built.run("hydrate", "--config", str(built.config), "--dest", str(dest))
+    t0 = time.monotonic()
+    proc = built.run("hydrate", "--config", str(built.config), "--dest", str(dest), "--json")
+    wall = time.monotonic() - t0
+    assert json.loads(proc.stdout)["noop"] is True
+    assert wall < 1.0, f"no-op hydrate took {wall:.2f}s (target < 0.5s; benchmarks/hydrate_noop.py measures it)"
+
+
+def test_the_hydrate_path_imports_no_torch_diffusers_sqlalchemy_or_cloud_sdk(built: Env) -> None:
+    dest = built.tmp / "dest"
+    code = (
+        "import sys\nfrom cachekeeper.cli import main\n"
+        f"sys.argv = ['cachekeeper', 'hydrate', '--config', {str(built.config)!r}, '--dest', {str(dest)!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "heavy = {'torch', 'diffusers', 'sqlalchemy', 'alembic', 'boto3', 'botocore', 'google', 'psycopg'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=built.vars, cwd=built.tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    assert (dest / "large.bin").exists()
+
+
+def test_coverage_exits_non_zero_while_a_deployment_would_compile(env: Env) -> None:
+    missing = env.run("coverage", str(env.config), ok=False)
+    assert missing.returncode == 1 and missing.stdout.count("MISSING") == 2
+    env.run("prebuild", str(env.config))
+    assert env.run("coverage", str(env.config)).stdout.count("built") == 2
+    assert env.run("coverage", str(env.config), "--no-catalog").stdout.count("built") == 2
+    other = env.run("coverage", str(env.config), ok=False, FAKE_TOOLCHAIN="2")
+    assert other.returncode == 1  # another compiler: nothing counts as built
+
+
+def test_a_lockfile_pins_exact_manifests(built: Env) -> None:
+    lockfile = built.tmp / "ck.lock"
+    built.run("lock", "--config", str(built.config), "-o", str(lockfile))
+    pinned = json.loads(lockfile.read_text())
+    assert len(pinned["manifests"]) == 3
+    built.run("hydrate", "--lockfile", str(lockfile), "--dest", str(built.tmp / "d"))
+    assert (built.tmp / "d" / "large.bin").exists()
+    err = one_error_line(built.run("hydrate", "--lockfile", str(lockfile), "--dest", str(built.tmp / "e"),
+                                   ok=False, FAKE_TOOLCHAIN="2"))
+    assert "pins toolchain" in err
+
+
+def test_catalog_rebuild_restores_the_index_from_the_store(built: Env) -> None:
+    (built.tmp / "home" / "catalog.db").unlink()
+    assert built.run("ls", "--json").stdout.strip() == "[]"
+    built.run("catalog", "rebuild")
+    assert len(json.loads(built.run("ls", "--json").stdout)) == 2
+
+
+def test_verify_and_gc(built: Env) -> None:
+    store = built.tmp / "home" / "store"
+    orphan = store / "blobs" / "sha256" / "00" / ("00" * 32)
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left by a crashed publisher")
+    plan = built.run("gc")
+    assert "would delete  blobs/sha256/00/" in plan.stdout and orphan.exists()
+    built.run("gc", "--run")
+    assert not orphan.exists()
+    built.run("verify", "--deep")
+    victim = next(p for p in (store / "blobs").rglob("*") if p.is_file() and p.stat().st_size == 5 << 20)
+    victim.write_bytes(b"truncated")
+    bad = built.run("verify", ok=False)
+    assert bad.returncode == 1 and "BAD" in bad.stdout
+
+
+# --- bad input: one clear line, a non-zero exit, nothing partial --------------------------------------
+
+
+def test_malformed_yaml(env: Env) -> None:
+    env.config.write_text("version: 1\nmodels: [\n")
+    err = one_error_line(env.run("prebuild", str(env.config), ok=False))
+    assert str(env.config) in err
+
+
+def test_unknown_model_path(env: Env) -> None:
+    env.config.write_text(config_text(env.tmp / "no-such-model"))
+    err = one_error_line(env.run("prebuild", str(env.config), ok=False))
+    assert "no-such-model" in err and "does not exist" in err
+    assert not (env.tmp / "home" / "store" / "manifests").exists()
+
+
+def test_unwritable_destination(built: Env) -> None:
+    blocker = built.tmp / "file"
+    blocker.write_text("")
+    err = one_error_line(built.run("hydrate", "--config", str(built.config), "--dest", str(blocker / "d"), ok=False))
+    assert "cannot create directory" in err
+
+
+def test_missing_store(env: Env) -> None:
+    err = one_error_line(env.run("hydrate", "--config", str(env.config), "--store", f"file://{env.tmp}/nope",
+                                 "--dest", str(env.tmp / "d"), ok=False))
+    assert "does not exist" in err
+
+
+def test_a_corrupted_blob_is_refused_and_nothing_partial_is_written(built: Env) -> None:
+    store = built.tmp / "home" / "store"
+    victim = next(p for p in (store / "blobs").rglob("*") if p.is_file() and p.stat().st_size == 5 << 20)
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 1
+    victim.write_bytes(bytes(data))
+    dest = built.tmp / "dest"
+    proc = built.run("hydrate", "--config", str(built.config), "--dest", str(dest), ok=False)
+    assert "failed verification" in one_error_line(proc) and proc.returncode == 4
+    assert not (dest / "large.bin").exists() and not list(dest.rglob("*.ck-tmp"))
+
+
+def test_a_host_with_another_toolchain_gets_a_miss_that_says_why(built: Env) -> None:
+    err = one_error_line(built.run("hydrate", "--config", str(built.config), "--dest", str(built.tmp / "d"),
+                                   ok=False, FAKE_TOOLCHAIN="2"))
+    assert "toolchain='1' (host '2')" in err
+
+
+def test_a_failing_build_is_recorded_with_its_log_tail_and_publishes_nothing(env: Env) -> None:
+    proc = env.run("prebuild", str(env.config), ok=False, FAKE_BUILD_FAIL="1")
+    assert proc.returncode == 7 and "internal error at graph 7" in proc.stderr
+    assert "2 of 2 entries failed" in one_error_line(proc)
+    assert not list((env.tmp / "home" / "store").glob("manifests/*/*.json"))
+
+
+def test_a_build_that_hangs_is_killed_at_the_timeout(env: Env) -> None:
+    env.config.write_text(config_text(env.model, build="build: {timeout: 1}"))
+    t0 = time.monotonic()
+    proc = env.run("prebuild", str(env.config), "--model", "tiny", ok=False, FAKE_BUILD_SLEEP="60")
+    assert "timed out after" in proc.stderr and time.monotonic() - t0 < 30
+
+
+def test_an_unusable_backend_is_one_line(env: Env) -> None:
+    err = one_error_line(env.run("prebuild", str(env.config), ok=False, FAKE_UNAVAILABLE="fake-sdk not installed"))
+    assert "fake-sdk not installed" in err
