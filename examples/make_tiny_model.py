@@ -35,9 +35,10 @@ def make_flux(dest: Path) -> Path:
     import torch
     from diffusers import FluxTransformer2DModel
 
+    cls: Any = FluxTransformer2DModel  # diffusers is untyped
     torch.manual_seed(SEED)
     out = dest / "tiny-flux" / "transformer"
-    FluxTransformer2DModel(**TINY_FLUX).save_pretrained(out)
+    cls(**TINY_FLUX).save_pretrained(out)
     return out
 
 
@@ -45,9 +46,10 @@ def make_unet(dest: Path) -> Path:
     import torch
     from diffusers import UNet2DConditionModel
 
+    cls: Any = UNet2DConditionModel
     torch.manual_seed(SEED)
     out = dest / "tiny-unet" / "unet"
-    UNet2DConditionModel(**TINY_UNET).save_pretrained(out)
+    cls(**TINY_UNET).save_pretrained(out)
     return out
 
 

@@ -1,0 +1,97 @@
+"""NeuronBackend's real build command, run against the simulated torch-neuronx (tests/simulated).
+
+Each build is a subprocess importing torch and diffusers and compiling a tiny Flux transformer
+(about 10-30 s each on 2 cores).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachekeeper.backends.base import ModelRef
+from cachekeeper.backends.neuron import NeuronBackend
+from tests.simulated.harness import clear_device_env, entry, files_under, install, make_tiny_flux, run_build
+
+pytestmark = pytest.mark.torch
+
+OPTIONS = {"target": "trn2"}  # the simulated device's family
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        clear_device_env(mp)
+        yield install(mp, tmp_path_factory.mktemp("neuron-host") / "site")
+
+
+@pytest.fixture(scope="module")
+def flux(tmp_path_factory: pytest.TempPathFactory) -> ModelRef:
+    return make_tiny_flux(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def full(host: Path, flux: ModelRef, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    work = tmp_path_factory.mktemp("neuron-full")
+    return work / "cache", run_build(NeuronBackend(), entry("neuron", "full"), flux, work)
+
+
+def only_neffs(cache: Path) -> list[str]:
+    backend = NeuronBackend()
+    backend.bind_roots({"cache": cache})
+    files = files_under(cache)
+    assert files and all(backend.include("cache", f) for f in files), files  # no temps, no locks
+    return files
+
+
+def test_a_full_build_writes_one_neff_per_graph_in_the_runtime_layout(full: tuple[Path, dict[str, Any]]) -> None:
+    cache, result = full
+    files = only_neffs(cache)
+    assert result["simulated"] is True and result["counters_source"] == "runtime"
+    assert result["counters"]["compiled"] == len(files) and result["counters"]["loaded"] == 0
+
+
+def test_a_hydrated_copy_compiles_nothing(full: tuple[Path, dict[str, Any]], flux: ModelRef, tmp_path: Path) -> None:
+    cache, first = full
+    again = run_build(NeuronBackend(), entry("neuron", "full"), flux, tmp_path, seed_from=cache)
+    assert again["counters"]["compiled"] == 0
+    assert again["counters"]["loaded"] == first["counters"]["compiled"]
+    assert files_under(tmp_path / "cache") == files_under(cache)
+
+
+def test_a_compiler_upgrade_changes_the_fingerprint_while_the_runtime_would_reuse_old_neffs(
+        full: tuple[Path, dict[str, Any]], flux: ModelRef, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cache, first = full
+    old = NeuronBackend().fingerprint(OPTIONS)
+    install(monkeypatch, tmp_path / "site-upgraded", neuronx_cc="2.23.0.0")
+    new = NeuronBackend().fingerprint(OPTIONS)
+    assert old.id != new.id and set(old.diff(new)) == {"neuronx_cc"}
+    # Why hydrated dirs are per fingerprint: pointed at the old dir, the upgraded runtime compiles
+    # nothing and runs every NEFF the old compiler built, since its key has no compiler version.
+    stale = run_build(NeuronBackend(), entry("neuron", "full"), flux, tmp_path / "w", seed_from=cache)
+    assert stale["counters"]["compiled"] == 0
+    assert stale["counters"]["loaded_foreign"] == stale["counters"]["loaded"] == first["counters"]["compiled"]
+
+
+def test_eager_compiles_op_by_op_and_a_hydrated_copy_compiles_nothing(host: Path, flux: ModelRef,
+                                                                      tmp_path: Path) -> None:
+    first = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "a")
+    files = only_neffs(tmp_path / "a" / "cache")
+    assert first["counters"]["compiled"] == len(files) > 10  # one NEFF per distinct op and shape
+    again = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "b",
+                      seed_from=tmp_path / "a" / "cache")
+    assert (again["counters"]["compiled"], again["counters"]["loaded"]) == (0, len(files))
+
+
+def test_a_tensor_parallel_build_runs_its_ranks_under_torchrun(full: tuple[Path, dict[str, Any]], flux: ModelRef,
+                                                               tmp_path: Path) -> None:
+    result = run_build(NeuronBackend(), entry("neuron", "full", tp=2), flux, tmp_path)
+    files = only_neffs(tmp_path / "cache")
+    assert result["world_size"] == 2
+    # Both ranks run the same sharded graph: one compiles it, the other waits on its lock and loads it.
+    assert result["counters"]["compiled"] == len(files)
+    assert result["counters"]["compiled"] + result["counters"]["loaded"] == 2 * len(files)
+    assert not set(files) & set(files_under(full[0]))  # a sharded graph is another NEFF
