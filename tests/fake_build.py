@@ -24,7 +24,7 @@ def main() -> int:
     for i in range(int(os.environ.get("FAKE_SMALL_FILES", "12"))):
         p = cache / f"{i % 3:02d}" / f"k{i}.neff"
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(hashlib.sha256(seed + bytes([i])).digest() * (50 + i))
+        p.write_bytes(hashlib.sha256(seed + i.to_bytes(4, "big")).digest() * (50 + i % 200))
     (cache / "same-a.bin").write_bytes(b"identical")
     (cache / "same-b.bin").write_bytes(b"identical")
     (cache / "busy.lock").write_bytes(b"")

@@ -13,13 +13,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import DestinationError, NothingToHydrate, ToolchainMismatch
 from ..fingerprint import Fingerprint
 from ..fsutil import FileLock, ensure_dir, sweep_temp
 from ..manifest import Manifest
 from ..stores.base import Store
-from .fetch import FetchStats, execute
+
+if TYPE_CHECKING:
+    from .fetch import FetchStats
 from .plan import plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
 from .state import STATE_DIR, PlacedFile, State, load_state, save_state, stat_matches, state_dir
@@ -111,6 +114,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             save_state(dest, state)
         for root in roots.values():
             sweep_temp(root)  # leftovers of a killed hydrate; never visible under a real name
+        from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
+
         store = open_store()
         manifests = _resolve(store, fingerprint, pins, models, report, require_all)
         plan = plan_hydrate(manifests, roots, state, _probe(verify))

@@ -131,6 +131,7 @@ def test_compiler_replaced_in_place_is_probed_again(tmp_path: Path) -> None:
 
 def test_device_changes_the_id_and_adds_gpu_fields(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(probes, "nvidia_smi", lambda: ("NVIDIA H200", "9.0"))
+    monkeypatch.setattr(probes, "torch_cuda_version", lambda: "12.8")
     cpu, cuda = backend().fingerprint(CPU), backend().fingerprint({"device": "cuda"})
     assert cpu.id != cuda.id
     assert {"device", "gpu", "gpu_cc", "cuda", "triton"} <= cpu.diff(cuda).keys()
@@ -162,7 +163,23 @@ def test_missing_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert backend().unavailable_reason() == "torch is not installed"
 
 
+@pytest.mark.parametrize(("text", "version"), [
+    ("__version__ = '2.13.0+cu128'\ncuda: Optional[str] = '12.8'\nhip = None\n", "12.8"),
+    ("cuda = '12.1'\n", "12.1"),
+    ("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n", "none"),
+])
+def test_cuda_version_is_read_from_torch_version_py_text(text: str, version: str) -> None:
+    assert probes.cuda_version_in(text) == version
+
+
+def test_cuda_with_a_cpu_only_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "nvidia_smi", lambda: ("NVIDIA H200", "9.0"))
+    monkeypatch.setattr(probes, "torch_cuda_version", lambda: "none")
+    assert "CPU-only" in (backend().unavailable_reason({"device": "cuda"}) or "")
+
+
 def test_cuda_without_nvidia_smi_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "torch_cuda_version", lambda: "12.8")
     monkeypatch.setattr(probes, "nvidia_smi", lambda: None)
     assert "nvidia-smi" in (backend().unavailable_reason({"device": "cuda"}) or "")
     with pytest.raises(BackendUnavailable):

@@ -92,8 +92,11 @@ class InductorBackend(Backend):
             return "torch is not installed"
         if probes.cxx_path(self.env) is None:
             return f"no C++ compiler: {probes.cxx_name(self.env)!r} not found (set CXX or install g++)"
-        if (options or {}).get("device", "cpu").startswith("cuda") and probes.nvidia_smi() is None:
-            return "device cuda requested but nvidia-smi is missing or sees no GPU"
+        if (options or {}).get("device", "cpu").startswith("cuda"):
+            if probes.torch_cuda_version() == "none":
+                return f"device cuda requested but torch {probes.dist_version('torch')} is a CPU-only build"
+            if probes.nvidia_smi() is None:
+                return "device cuda requested but nvidia-smi is missing or sees no GPU"
         return None
 
     # --- roots -------------------------------------------------------------------------------------

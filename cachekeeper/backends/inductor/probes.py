@@ -73,7 +73,12 @@ def torch_cuda_version() -> str:
         text = (Path(origin) / "version.py").read_text() if origin else ""
     except OSError:
         text = ""
-    m = re.search(r"^cuda(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return cuda_version_in(text)
+
+
+def cuda_version_in(version_py: str) -> str:
+    """The `cuda = '12.8'` (or `cuda: Optional[str] = '12.8'`) value of torch/version.py, else "none"."""
+    m = re.search(r"^cuda(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]+)['\"]", version_py, re.MULTILINE)
     return m.group(1) if m else "none"
 
 
@@ -221,17 +226,24 @@ def output_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES) and k not in ENV_IGNORED}
 
 
-@functools.cache
-def nvidia_smi() -> tuple[str, str] | None:
-    """(GPU name, compute capability) of GPU 0, or None without nvidia-smi or a GPU."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+def _smi_query(exe: str, fields: str) -> list[str] | None:
     try:
-        out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    first = out.strip().splitlines()[0] if out.strip() else ""
-    name, _, cap = first.partition(",")
-    return (name.strip(), cap.strip()) if name.strip() else None
+    lines = out.strip().splitlines()
+    return [part.strip() for part in lines[0].split(",")] if lines and lines[0].strip() else None
+
+
+@functools.cache
+def nvidia_smi() -> tuple[str, str] | None:
+    """(GPU name, compute capability) of GPU 0, or None without nvidia-smi or a GPU. Drivers older than
+    ~510 lack the compute_cap field: the name alone (which implies it) is then used."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    parts = _smi_query(exe, "name,compute_cap") or _smi_query(exe, "name")
+    if not parts or not parts[0]:
+        return None
+    return parts[0], parts[1] if len(parts) > 1 else ""
