@@ -227,3 +227,17 @@ def test_a_build_that_hangs_is_killed_at_the_timeout(env: Env) -> None:
 def test_an_unusable_backend_is_one_line(env: Env) -> None:
     err = one_error_line(env.run("prebuild", str(env.config), ok=False, FAKE_UNAVAILABLE="fake-sdk not installed"))
     assert "fake-sdk not installed" in err
+
+
+def test_two_workers_on_one_catalog_build_each_entry_once(env: Env) -> None:
+    env.config.write_text(config_text(env.model).replace("height: [64, 128]", "height: [64, 128, 192, 256]"))
+    argv = [sys.executable, "-m", "cachekeeper", "prebuild", str(env.config), "--json"]
+    slow = {**env.vars, "FAKE_BUILD_SLEEP": "1"}
+    env.run("db", "upgrade")  # both workers then open a migrated catalog
+    procs = [subprocess.Popen([*argv, "--worker", f"w{i}"], env=slow, cwd=env.tmp, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    built = [o["key"] for out, _ in outs for o in json.loads(out)["outcomes"] if o["status"] == "built"]
+    assert sorted(built) == sorted(set(built)) and len(built) == 4
+    assert all(json.loads(out)["counts"].get("built", 0) >= 1 for out, _ in outs), "both workers took work"

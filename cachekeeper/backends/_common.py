@@ -52,19 +52,23 @@ def installed_versions(dists: tuple[str, ...]) -> dict[str, str | None]:
     return {d: dist_version(d) for d in dists}
 
 
-def missing_reason(versions: Mapping[str, str | None], hint: str) -> str | None:
-    """'torch-neuronx is not installed (pip install ...)', or None when all are present."""
+def _not_installed(versions: Mapping[str, str | None]) -> str | None:
     missing = [d for d, v in versions.items() if v is None]
     if not missing:
         return None
-    return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed ({hint})"
+    return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+
+
+def missing_reason(versions: Mapping[str, str | None], hint: str) -> str | None:
+    """'torch-neuronx is not installed (pip install ...)', or None when all are present."""
+    what = _not_installed(versions)
+    return f"{what} ({hint})" if what else None
 
 
 def require_versions(backend: str, dists: tuple[str, ...], hint: str) -> dict[str, str]:
     versions = installed_versions(dists)
-    reason = missing_reason(versions, hint)
-    if reason:
-        raise BackendUnavailable(f"{backend}: {reason}")
+    if what := _not_installed(versions):
+        raise BackendUnavailable(f"{backend}: {what}", hint)
     return {d: v for d, v in versions.items() if v is not None}
 
 
@@ -193,7 +197,6 @@ def cache_workdir(job: BuildJob) -> Path:
 
 # --- build subprocess (imports torch lazily) ---------------------------------------------------------
 
-EAGER = "eager"
 FULL = "full"
 REPEATED_BLOCKS = "repeated_blocks"
 

@@ -76,6 +76,7 @@ class Backend(abc.ABC):
     env_var: ClassVar[str]           # points the runtime at the `cache` root
     modes: ClassVar[tuple[str, ...]]
     shared_roots: ClassVar[frozenset[str]] = frozenset()   # roots published once per toolchain
+    default_cache_dir: ClassVar[str | None] = None          # the runtime's own default when env_var is unset
 
     @abc.abstractmethod
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
@@ -88,6 +89,10 @@ class Backend(abc.ABC):
     def build_roots(self, workdir: Path) -> dict[str, Path]:
         """Fresh directories a build compiles into, by root name; the worker snapshots each one."""
         return {CACHE_ROOT: workdir / CACHE_ROOT}
+
+    def env_warnings(self, options: Mapping[str, str]) -> list[str]:
+        """Env settings that would leave a hydrated dir unused (reported by `doctor`)."""
+        return []
 
     def extra_roots(self, options: Mapping[str, str]) -> dict[str, Path]:
         """Directories other than the cache dir that hydrate fills (e.g. Inductor's PCH dir)."""

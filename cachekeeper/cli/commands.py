@@ -162,13 +162,14 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     if config is not None and pins is None:
         pins = [Pin(e.spec.key) for e in config.entries({name}, set(models) or None)]
     target = Path(dest) if dest else default_home() / "hydrated" / f"{name}-{fp.id}"
+    exports = be.env_exports(target.absolute())  # before any download: it refuses env that would ignore the dir
     report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
                  extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
                  require_all=require_all, threads=threads)
     if as_json:
         click.echo(json.dumps(report.to_dict()))
     if print_env:
-        for var, value in be.env_exports(report.dest).items():
+        for var, value in exports.items():
             click.echo(f"export {var}={_shell_quote(value)}")
     if report.missing:
         _say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {fp.id}; "

@@ -38,9 +38,10 @@ def _cache_dir(backend: Any) -> dict[str, str | None]:
     value = os.environ.get(backend.env_var)
     if value:
         return {"path": value, "source": f"env {backend.env_var}"}
-    default = getattr(backend, "default_cache_dir", None)
+    # `default_cache_dir`: the runtime's own default, None when it keeps no cache unless told where.
+    default = backend.default_cache_dir
     if default:
-        return {"path": default, "source": "runtime default"}
+        return {"path": str(default), "source": "runtime default"}
     return {"path": None, "source": f"{backend.env_var} unset: the runtime keeps no persistent cache"}
 
 
@@ -57,13 +58,11 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
         return row
     row["env_var"] = backend.env_var
     row["cache_dir"] = _cache_dir(backend)
-    warnings = getattr(backend, "env_warnings", None)
-    if warnings is not None:
-        row["warnings"] = list(warnings(options))
     reason = backend.unavailable_reason()
     if reason:
         row["reason"] = reason
         return row
+    row["warnings"] = backend.env_warnings(options)
     try:
         fp = backend.fingerprint(options)
     except BackendUnavailable as exc:

@@ -8,6 +8,7 @@ Without one, the worker walks its plan alone. Either way an entry already in the
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -88,7 +89,7 @@ def _from_payload(payload: str) -> PlannedEntry:
 
 
 def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
-                workdir_root: Path | None = None, on_tick: Callable[[], None] | None = None) -> Outcome:
+                workdir_root: Path | None = None, on_tick: Callable[[], object] | None = None) -> Outcome:
     spec, fp = entry.spec, tc.fingerprint
     key = manifest_key(fp.id, spec.key)
     if store.exists(key):
@@ -164,7 +165,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
         for claim in _claims(catalog, worker, tc.fingerprint.id, lease_s):
             entry = _from_payload(claim.payload)
             o = build_entry(entry, tc, store, catalog=catalog, timeout=config.build_timeout,
-                            workdir_root=workdir_root, on_tick=lambda c=claim: catalog.renew(c, lease_s))
+                            workdir_root=workdir_root, on_tick=functools.partial(catalog.renew, claim, lease_s))
             if o.status == "failed":
                 catalog.fail(claim, o.detail[-2000:], retry=False)
             else:

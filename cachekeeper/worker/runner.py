@@ -49,7 +49,7 @@ def tail(path: Path, limit: int = TAIL_BYTES) -> str:
 
 
 def run_build(cmd: BuildCommand, *, timeout: float, log_path: Path, cwd: Path,
-              on_tick: Callable[[], None] | None = None, tick_s: float = 10.0) -> RunResult:
+              on_tick: Callable[[], object] | None = None, tick_s: float = 10.0) -> RunResult:
     """Run `cmd`; `on_tick` is called every `tick_s` while it runs (lease renewal)."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:

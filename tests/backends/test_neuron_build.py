@@ -14,7 +14,15 @@ import pytest
 
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
-from tests.simulated.harness import clear_device_env, entry, files_under, install, make_tiny_flux, run_build
+from tests.simulated.harness import (
+    clear_device_env,
+    entry,
+    files_under,
+    install,
+    make_tiny_flux,
+    publish_and_hydrate,
+    run_build,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -54,12 +62,15 @@ def test_a_full_build_writes_one_neff_per_graph_in_the_runtime_layout(full: tupl
     assert result["counters"]["compiled"] == len(files) and result["counters"]["loaded"] == 0
 
 
-def test_a_hydrated_copy_compiles_nothing(full: tuple[Path, dict[str, Any]], flux: ModelRef, tmp_path: Path) -> None:
+def test_a_published_then_hydrated_dir_compiles_nothing(full: tuple[Path, dict[str, Any]], flux: ModelRef,
+                                                        tmp_path: Path) -> None:
     cache, first = full
-    again = run_build(NeuronBackend(), entry("neuron", "full"), flux, tmp_path, seed_from=cache)
+    published = publish_and_hydrate(NeuronBackend(), OPTIONS, entry("neuron", "full"), cache.parent,
+                                    tmp_path / "cache")
+    assert published == files_under(cache)
+    again = run_build(NeuronBackend(), entry("neuron", "full"), flux, tmp_path)  # its root is the hydrated dir
     assert again["counters"]["compiled"] == 0
     assert again["counters"]["loaded"] == first["counters"]["compiled"]
-    assert files_under(tmp_path / "cache") == files_under(cache)
 
 
 def test_a_compiler_upgrade_changes_the_fingerprint_while_the_runtime_would_reuse_old_neffs(
@@ -81,8 +92,8 @@ def test_eager_compiles_op_by_op_and_a_hydrated_copy_compiles_nothing(host: Path
     first = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "a")
     files = only_neffs(tmp_path / "a" / "cache")
     assert first["counters"]["compiled"] == len(files) > 10  # one NEFF per distinct op and shape
-    again = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "b",
-                      seed_from=tmp_path / "a" / "cache")
+    publish_and_hydrate(NeuronBackend(), OPTIONS, entry("neuron", "eager"), tmp_path / "a", tmp_path / "b" / "cache")
+    again = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "b")
     assert (again["counters"]["compiled"], again["counters"]["loaded"]) == (0, len(files))
 
 

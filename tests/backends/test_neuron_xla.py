@@ -107,7 +107,7 @@ def test_fingerprint_carries_the_compiler_version_that_names_the_dir(monkeypatch
 
 
 def test_missing_compiler_and_pins(host: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with pytest.raises(BackendUnavailable, match="config pins neuronx-cc 2.21 but 2.22.1.0 is installed"):
+    with pytest.raises(BackendUnavailable, match=r"config pins neuronx-cc 2\.21 but 2\.22\.1\.0 is installed"):
         NeuronXlaBackend().fingerprint({"neuronx_cc_version": "2.21"})
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(host)])
     install(monkeypatch, tmp_path / "bare", neuronx_cc=None)

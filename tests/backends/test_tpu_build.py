@@ -13,9 +13,19 @@ import pytest
 
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.backends.tpu import TPUBackend
-from tests.simulated.harness import clear_device_env, entry, files_under, install, make_tiny_flux, run_build
+from tests.simulated.harness import (
+    clear_device_env,
+    entry,
+    files_under,
+    install,
+    make_tiny_flux,
+    publish_and_hydrate,
+    run_build,
+)
 
 pytestmark = pytest.mark.torch
+
+OPTIONS = {"chip": "v6e", "topology": "2x4"}
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +67,12 @@ def test_a_full_build_writes_tier3_entries_under_one_platform_dir(full: tuple[Pa
     assert result["counters"]["compiled"] == len(files) and result["counters"]["loaded"] == 0
 
 
-def test_a_hydrated_copy_compiles_nothing(full: tuple[Path, dict[str, Any]], flux: ModelRef, tmp_path: Path) -> None:
+def test_a_published_then_hydrated_dir_compiles_nothing(full: tuple[Path, dict[str, Any]], flux: ModelRef,
+                                                        tmp_path: Path) -> None:
     cache, first = full
-    again = run_build(TPUBackend(), entry("tpu", "full"), flux, tmp_path, seed_from=cache)
+    published = publish_and_hydrate(TPUBackend(), OPTIONS, entry("tpu", "full"), cache.parent, tmp_path / "cache")
+    assert published == files_under(cache)
+    again = run_build(TPUBackend(), entry("tpu", "full"), flux, tmp_path)  # its root is the hydrated dir
     assert (again["counters"]["compiled"], again["counters"]["loaded"]) == (0, first["counters"]["compiled"])
 
 

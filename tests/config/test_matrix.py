@@ -75,7 +75,8 @@ def test_backend_options_do_not_change_entry_keys() -> None:
 def test_model_settings_default_to_a_transformer_component_without_warm_up_extras() -> None:
     (entry,) = parse(minimal()).entries()
     assert entry.model == ModelRef(name="m", component="transformer", path="/cfgdir/m")
-    assert (entry.spec.mode, entry.spec.dtype, entry.spec.options, entry.model.guidance) == ("full", "float32", (), False)
+    assert (entry.spec.mode, entry.spec.dtype, entry.spec.options) == ("full", "float32", ())
+    assert entry.model.guidance is False
 
 
 def test_model_settings_are_passed_to_the_model_ref() -> None:

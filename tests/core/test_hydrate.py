@@ -227,7 +227,8 @@ hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchai
         time.sleep(0.02)
     proc.kill()
     proc.wait()
-    visible = {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("d/*") if not p.name.endswith("ck-tmp")}
+    visible = {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("d/*")
+               if not p.name.endswith("ck-tmp")}
     assert 0 < len(visible) < len(files)
     assert all(files[k] == v for k, v in visible.items())  # whatever is visible is complete and right
     report = _hydrate(store, dest, pins=[Pin(m.name)])

@@ -101,4 +101,3 @@ def test_a_manifest_whose_slice_overruns_its_blob_is_refused(tmp_path: Path) -> 
     doc["files"][0]["size"] = 99
     with pytest.raises(ManifestError, match="outside its blob"):
         Manifest.from_bytes(json.dumps(doc).encode())
-        Manifest.from_bytes(raw)

@@ -56,7 +56,10 @@ def make_tiny_flux(dest: Path) -> ModelRef:
     return ModelRef("tiny-flux", "transformer", path=str(dest / "tiny-flux"), inputs="flux")
 
 
-def entry(backend: str, mode: str, *, tp: int = 1, shape: Shape = Shape(64, 64, 1)) -> EntrySpec:
+SHAPE = Shape(64, 64, 1)
+
+
+def entry(backend: str, mode: str, *, tp: int = 1, shape: Shape = SHAPE) -> EntrySpec:
     options = (("tp", str(tp)),) if tp > 1 else ()
     return EntrySpec("tiny-flux", "transformer", backend, mode, shape, "float32", options=options)
 
@@ -85,5 +88,23 @@ def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path,
     return result
 
 
+def publish_and_hydrate(backend: Backend, options: Mapping[str, str], spec: EntrySpec, built: Path,
+                        dest: Path) -> list[str]:
+    """Publish the build in workdir `built` to a fresh in-memory store, hydrate it into `dest` as a boot
+    hook would (the real publish and hydrate code); returns the published paths."""
+    from cachekeeper.hydrate import hydrate
+    from cachekeeper.publish import publish
+    from cachekeeper.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    fp = backend.fingerprint(options)
+    roots = backend.build_roots(built)  # also shows `include` the files it judges
+    result = publish(store, fingerprint=fp, spec=spec, roots=roots, include=backend.include)
+    hydrate(open_store=lambda: store, fingerprint=fp, dest=dest, extra_roots={})
+    return sorted(f.path for f in result.manifest.files)
+
+
 def files_under(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    """Files below `root`, without the state dir hydrate keeps there."""
+    return sorted(rel for p in root.rglob("*") if p.is_file()
+                  and not (rel := p.relative_to(root).as_posix()).startswith(".cachekeeper/"))

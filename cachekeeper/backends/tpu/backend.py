@@ -47,7 +47,7 @@ from ..base import CACHE_ROOT, BuildCommand, BuildJob
 
 BUILD_MODULE = "cachekeeper.backends.tpu.build"
 DISTS = ("torch", "torch-tpu", "libtpu")
-INSTALL_HINT = "pip install torch_tpu libtpu (TorchTPU's release channel)"
+INSTALL_HINT = "pip install torch_tpu libtpu from TorchTPU's release channel"
 CHIPS = ("v6e", "v7x")
 UNKNOWN = "unknown"
 TIER2_ENV = "TORCH_TPU_TIER2_COMPILATION_CACHE"

@@ -133,11 +133,11 @@ class ArtifactCache:
         return True
 
 
-class OpRecorder(TorchDispatchMode):
+class OpRecorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Calls `on_op(name, signature)` for every computing (non-view) aten op, then runs it on CPU."""
 
     def __init__(self, on_op: Callable[[str, str], None], on_exit: Callable[[], None] | None = None) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.on_op = on_op
         self.on_exit = on_exit
 
@@ -150,7 +150,7 @@ class OpRecorder(TorchDispatchMode):
     def __exit__(self, *exc: Any) -> Any:
         if self.on_exit is not None:
             self.on_exit()
-        return super().__exit__(*exc)
+        return super().__exit__(*exc)  # type: ignore[no-untyped-call]
 
 
 def register_gloo_process_group(name: str) -> None:
@@ -169,10 +169,11 @@ def register_gloo_process_group(name: str) -> None:
 def make_cpu_an_accelerator_for_diffusers(device_count: int = 8) -> None:
     """diffusers' tensor parallel accepts only accelerator meshes and divides by the device count; on a
     real Trainium/TPU host both hold. Here: report `device_count` devices and allow a "cpu" mesh."""
-    torch.accelerator.device_count = lambda: device_count  # type: ignore[assignment]
+    torch.accelerator.device_count = lambda: device_count
     try:
         from diffusers.hooks import tensor_parallel
     except ImportError:
         return
-    if "cpu" not in tensor_parallel._SUPPORTED_TP_DEVICES:
-        tensor_parallel._SUPPORTED_TP_DEVICES = (*tensor_parallel._SUPPORTED_TP_DEVICES, "cpu")
+    supported: tuple[str, ...] = tensor_parallel._SUPPORTED_TP_DEVICES
+    if "cpu" not in supported:
+        tensor_parallel._SUPPORTED_TP_DEVICES = (*supported, "cpu")  # type: ignore[assignment]

@@ -51,7 +51,7 @@ def neff_key(kind: str, signature: str) -> str:
     opt_level = _env("NEURON_COMPILER_OPT_LEVEL", "1" if kind == "op" else "2")
     options = "|".join([kind, _target(), _env("NEURON_LOGICAL_NC_CONFIG", "2"), opt_level,
                         " ".join(_env("NEURON_CC_FLAGS").split())])
-    return _devicesim.digest(signature + "\0" + options, 16)
+    return str(_devicesim.digest(signature + "\0" + options, 16))
 
 
 def _compiler() -> str:
@@ -78,7 +78,7 @@ def compile_or_load(kind: str, signature: str, what: str) -> None:
                           lock=locks / f"{key}.lock", temp_for=_temp_beside)
 
 
-@torch._dynamo.register_backend(name="neuron")  # type: ignore[misc]
+@torch._dynamo.register_backend(name="neuron")
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     compile_or_load("graph", _devicesim.graph_signature(gm, example_inputs), "graph")
     return gm.forward  # "execute the NEFF": run the graph on CPU
@@ -93,7 +93,7 @@ class _Simulation:
 
     @staticmethod
     def stats() -> dict[str, int]:
-        return _CACHE.stats()
+        return dict(_CACHE.stats())
 
 
 SIMULATION = _Simulation()

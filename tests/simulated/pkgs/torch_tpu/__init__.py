@@ -60,7 +60,7 @@ def tier3_root() -> str:
 
 
 def platform_fingerprint() -> str:
-    return _devicesim.digest(CACHE_FORMAT + "\0" + libtpu.PLATFORM_VERSION, 8)
+    return str(_devicesim.digest(CACHE_FORMAT + "\0" + libtpu.PLATFORM_VERSION, 8))
 
 
 def defer_and_fuse() -> bool:
@@ -100,7 +100,7 @@ def _split(signature: str) -> tuple[str, str]:
     return shapeless, dims
 
 
-@torch._dynamo.register_backend(name="tpu")  # type: ignore[misc]
+@torch._dynamo.register_backend(name="tpu")
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
     shapes = ",".join(_devicesim.value_signature(v) for v in example_inputs)
     compile_or_load(gm.code + _split(shapes)[0], _split(shapes)[1], "graph")
@@ -139,7 +139,7 @@ class _Simulation:
 
     @staticmethod
     def stats() -> dict[str, int]:
-        return _CACHE.stats()
+        return dict(_CACHE.stats())
 
 
 SIMULATION = _Simulation()

@@ -1,0 +1,82 @@
+"""The whole loop, for real, through the CLI: prebuild the tiny Flux transformer with Inductor, hydrate it
+into a fresh dir on a 'fresh instance' (new TMPDIR, new working dir), and a new process compiles nothing.
+
+Asserted with Inductor's own cache counters (FX graph and AOT autograd hits/misses), not with timing.
+One cold compile for the module (35-60 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 1800
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("loop")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
+    env["CACHEKEEPER_HOME"] = str(tmp / "home")
+    run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(tmp / "models"),
+         "--only", "tiny-flux"], env, tmp)
+    config = tmp / "tiny.yaml"
+    config.write_text((REPO / "examples" / "tiny.yaml").read_text())  # ./models/... resolves next to it
+    build_tmp = tmp / "build-tmp"  # the builder's TMPDIR: its own header must not leak into the server's
+    build_tmp.mkdir()
+    run([sys.executable, "-m", "cachekeeper", "prebuild", str(config)], {**env, "TMPDIR": str(build_tmp)}, tmp)
+    return tmp, config, env
+
+
+def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path, Path, dict[str, str]]) -> None:
+    tmp, config, env = published
+    instance = tmp / "instance"  # a fresh host: empty TMPDIR, another working directory
+    (instance / "tmp").mkdir(parents=True)
+    boot = {**env, "TMPDIR": str(instance / "tmp")}
+    dest = instance / "ck"
+    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
+                   "--print-env", "--json"], boot, instance)
+    report = json.loads(hydrate.stdout.splitlines()[0])
+    assert report["files_fetched"] > 10 and not report["missing"]
+    assert hydrate.stdout.splitlines()[1] == f"export TORCHINDUCTOR_CACHE_DIR={dest}"
+    headers = list((instance / "tmp").glob("torchinductor_*/precompiled_headers/*.h.gch"))
+    assert len(headers) == 1, "hydrate restores the precompiled header where the server's TMPDIR says"
+    stamp = headers[0].stat().st_mtime_ns
+
+    served = run([sys.executable, str(REPO / "examples" / "serve.py"), str(tmp / "models" / "tiny-flux"),
+                  "--component", "transformer", "--height", "64", "--width", "64"],
+                 {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance)
+    out = json.loads(served.stdout.strip().splitlines()[-1])
+    assert out["fxgraph_cache_miss"] == 0 and out["fxgraph_cache_hit"] >= 1
+    assert out["autograd_cache_miss"] == 0 and out["autograd_cache_hit"] >= 1
+    assert headers[0].stat().st_mtime_ns == stamp, "the precompiled header was rebuilt"
+
+    again = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
+                 "--json"], boot, instance)
+    assert json.loads(again.stdout)["noop"], "files the runtime added (locks) do not disturb a repeat hydrate"
+
+
+def test_another_cpu_instruction_set_is_a_different_toolchain(published: tuple[Path, Path, dict[str, str]]) -> None:
+    tmp, config, env = published
+    proc = subprocess.run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                           str(tmp / "other"), "--require-all"], env={**env, "ATEN_CPU_CAPABILITY": "default"},
+                          cwd=tmp, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 8 and "Traceback" not in proc.stderr
+    assert "isa" in proc.stderr.lower() or "cpu" in proc.stderr.lower()
