@@ -52,7 +52,7 @@ def _upload(store: Store, blob: PendingBlob) -> int:
 
 
 def upload_files(store: Store, roots: Mapping[str, Path],
-                 include: Callable[[str, str], bool]) -> tuple[list[FileRecord], list[BlobRecord], int, int]:
+                 include: Callable[[str, str, Path], bool]) -> tuple[list[FileRecord], list[BlobRecord], int, int]:
     """Upload every blob of the roots; returns (files, blobs, bytes uploaded, blobs already present)."""
     files: list[FileRecord] = []
     blobs: dict[str, BlobRecord] = {}
@@ -72,7 +72,7 @@ def upload_files(store: Store, roots: Mapping[str, Path],
     return files, sorted(blobs.values(), key=lambda b: b.digest), uploaded, present
 
 
-def shared_name(root: str, roots: Mapping[str, Path], include: Callable[[str, str], bool]) -> str | None:
+def shared_name(root: str, roots: Mapping[str, Path], include: Callable[[str, str, Path], bool]) -> str | None:
     """Name of a toolchain-shared set: the root plus a digest of its file *names* (not bytes).
 
     Inductor's precompiled header is named by a hash of its inputs and compiler, but its bytes differ
@@ -92,7 +92,7 @@ def _commit(store: Store, manifest: Manifest) -> tuple[Manifest, bool]:
 
 
 def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: Mapping[str, Path],
-            include: Callable[[str, str], bool], shared_roots: frozenset[str] = frozenset(),
+            include: Callable[[str, str, Path], bool], shared_roots: frozenset[str] = frozenset(),
             build: Mapping[str, Any] | None = None, catalog: Catalog | None = None) -> PublishResult:
     """Publish the entry `spec` built into `roots` (shared roots become their own manifests)."""
     requires: list[str] = []

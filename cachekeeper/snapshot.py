@@ -36,7 +36,7 @@ class PendingBlob:
     source: Path | bytes  # a file to upload as is, or a pack's bytes
 
 
-def scan_roots(roots: Mapping[str, Path], include: Callable[[str, str], bool]) -> list[LocalFile]:
+def scan_roots(roots: Mapping[str, Path], include: Callable[[str, str, Path], bool]) -> list[LocalFile]:
     """Regular files under each root that `include` keeps, sorted; symlinks and temp files never travel."""
     found: list[LocalFile] = []
     for root_name, root in sorted(roots.items()):
@@ -49,7 +49,7 @@ def scan_roots(roots: Mapping[str, Path], include: Callable[[str, str], bool]) -
                 if name.endswith(TMP_SUFFIX) or full.is_symlink() or not full.is_file():
                     continue
                 rel = full.relative_to(root).as_posix()
-                if include(root_name, rel):
+                if include(root_name, rel, full):
                     found.append(LocalFile(root_name, rel, full, full.stat().st_size))
     found.sort(key=lambda f: (f.root, f.path))
     return found

@@ -29,7 +29,7 @@ class FakeBackend(Backend):
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
         return Fingerprint.of("fake", {"toolchain": os.environ.get("FAKE_TOOLCHAIN", "1"), **options})
 
-    def unavailable_reason(self) -> str | None:
+    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
         return os.environ.get("FAKE_UNAVAILABLE") or None
 
     def build_roots(self, workdir: Path) -> dict[str, Path]:
@@ -38,7 +38,7 @@ class FakeBackend(Backend):
     def extra_roots(self, options: Mapping[str, str]) -> dict[str, Path]:
         return {"shared": Path(options.get("shared_dir", os.environ.get("FAKE_SHARED_DIR", "/nonexistent")))}
 
-    def include(self, root: str, relpath: str) -> bool:
+    def include(self, root: str, relpath: str, path: Path) -> bool:
         return not relpath.endswith(".lock")
 
     def build_command(self, job: BuildJob) -> BuildCommand:

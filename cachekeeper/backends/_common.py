@@ -133,34 +133,12 @@ def require_choice(backend: str, option: str, value: str, allowed: tuple[str, ..
 # --- light: roots ------------------------------------------------------------------------------------
 
 
-class RootAwareBackend(Backend):
-    """Remembers the roots of the latest `build_roots` call, so `include` can look at the files (size,
-    sibling markers) and not only at their names. The worker builds and publishes one entry at a time
-    per backend object, calling `build_roots` first; `bind_roots` points it at an existing dir."""
-
-    def __init__(self) -> None:
-        self._roots: dict[str, Path] = {}
-
-    def build_roots(self, workdir: Path) -> dict[str, Path]:
-        roots = super().build_roots(workdir)
-        self._roots = dict(roots)
-        return roots
-
-    def bind_roots(self, roots: Mapping[str, Path]) -> None:
-        self._roots = dict(roots)
-
-    def root_dir(self, root: str) -> Path | None:
-        return self._roots.get(root)
-
-    def non_empty(self, root: str, relpath: str) -> bool:
-        """True unless the file is known to be empty (runtimes reject empty cache files as misses)."""
-        base = self.root_dir(root)
-        if base is None:
-            return True
-        try:
-            return (base / relpath).stat().st_size > 0
-        except OSError:
-            return False
+def non_empty(path: Path) -> bool:
+    """Runtimes treat an empty cache file as a miss, so it is not worth shipping."""
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 # --- light: build commands ---------------------------------------------------------------------------
@@ -299,10 +277,10 @@ def compile_for_mode(model: Any, mode: str, rt: DeviceRuntime, eager_modes: tupl
         raise BuildFailed(f"{rt.package}: unknown mode {mode!r}")
 
 
-def count_files(root: Path, pattern: Callable[[str], bool]) -> int:
+def count_files(root: Path, pattern: Callable[[str, Path], bool]) -> int:
     if not root.is_dir():
         return 0
-    return sum(1 for p in root.rglob("*") if p.is_file() and pattern(p.relative_to(root).as_posix()))
+    return sum(1 for p in root.rglob("*") if p.is_file() and pattern(p.relative_to(root).as_posix(), p))
 
 
 def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
@@ -325,7 +303,7 @@ def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
 
 
 def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
-              is_artifact: Callable[[str], bool]) -> dict[str, Any]:
+              is_artifact: Callable[[str, Path], bool]) -> dict[str, Any]:
     """Load, (shard), place, compile, warm up once at the entry's shape; return the result record."""
     import torch
 

@@ -83,8 +83,8 @@ class Backend(abc.ABC):
         """This host's toolchain for this backend. Light: importlib.metadata, env, /proc, `cc -v`."""
 
     @abc.abstractmethod
-    def unavailable_reason(self) -> str | None:
-        """None if this host can build/hydrate for the backend, else why not (for `doctor`)."""
+    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
+        """None if this host can build/hydrate for the backend (with these options), else why not."""
 
     def build_roots(self, workdir: Path) -> dict[str, Path]:
         """Fresh directories a build compiles into, by root name; the worker snapshots each one."""
@@ -98,8 +98,10 @@ class Backend(abc.ABC):
         """Directories other than the cache dir that hydrate fills (e.g. Inductor's PCH dir)."""
         return {}
 
-    def include(self, root: str, relpath: str) -> bool:
-        """Whether a file found in a built root is an artifact worth publishing (skip locks, temps)."""
+    def include(self, root: str, relpath: str, path: Path) -> bool:
+        """Whether a file found in a built root is an artifact worth publishing (skip locks, temps).
+
+        `path` is the file itself, for rules that need the disk (empty files, completion markers)."""
         return True
 
     def env_exports(self, dest: Path) -> dict[str, str]:

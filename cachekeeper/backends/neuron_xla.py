@@ -30,7 +30,6 @@ from ..errors import BuildFailed
 from ..fingerprint import Fingerprint
 from . import MODES
 from ._common import (
-    RootAwareBackend,
     build_main,
     check_pins,
     dist_version,
@@ -105,7 +104,7 @@ def _copy_atomic(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-class NeuronXlaBackend(RootAwareBackend):
+class NeuronXlaBackend(Backend):
     name: ClassVar[str] = "neuron_xla"
     env_var: ClassVar[str] = "NEURON_COMPILE_CACHE_URL"
     modes: ClassVar[tuple[str, ...]] = MODES["neuron_xla"]
@@ -133,16 +132,15 @@ class NeuronXlaBackend(RootAwareBackend):
             out.append(f"NEURON_CC_FLAGS={flags!r} overrides {self.env_var}: the hydrated dir may be ignored")
         return out
 
-    def include(self, root: str, relpath: str) -> bool:
+    def include(self, root: str, relpath: str, path: Path) -> bool:
         parts = PurePosixPath(relpath).parts
         if root != CACHE_ROOT or len(parts) != 3 or not _travels(parts[2]):
             return False
         version = dist_version("neuronx-cc")
         if version is None or parts[0] != version_dir(version) or not parts[1].startswith(MODULE_PREFIX):
             return False
-        base = self.root_dir(root)
-        # Fail closed: whether a module is complete can only be seen on disk.
-        return base is not None and is_complete(base / parts[0] / parts[1])
+        # Whether a module is complete can only be seen on disk: its `model.done` marker.
+        return is_complete(path.parent)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
         require_versions(self.name, DISTS, INSTALL_HINT)

@@ -75,10 +75,10 @@ def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str,
     from ..backends import get_backend
     from ..errors import BackendUnavailable
     backend = get_backend(backend_name)
-    reason = backend.unavailable_reason()
+    options = _options(config, backend_name, pairs, device)
+    reason = backend.unavailable_reason(options)
     if reason:
         raise BackendUnavailable(f"backend {backend_name} is not usable on this host: {reason}")
-    options = _options(config, backend_name, pairs, device)
     return backend, backend.fingerprint(options), options
 
 

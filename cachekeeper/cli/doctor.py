@@ -58,7 +58,7 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
         return row
     row["env_var"] = backend.env_var
     row["cache_dir"] = _cache_dir(backend)
-    reason = backend.unavailable_reason()
+    reason = backend.unavailable_reason(options)
     if reason:
         row["reason"] = reason
         return row

@@ -71,10 +71,10 @@ def toolchains(config: Config, entries: list[PlannedEntry]) -> dict[str, Toolcha
     out: dict[str, Toolchain] = {}
     for name in sorted({e.spec.backend for e in entries}):
         backend = get_backend(name)
-        reason = backend.unavailable_reason()
+        options = config.options_for(name)
+        reason = backend.unavailable_reason(options)
         if reason:
             raise BackendUnavailable(f"backend {name} cannot build on this host: {reason}")
-        options = config.options_for(name)
         out[name] = Toolchain(backend, backend.fingerprint(options), options)
     return out
 

@@ -85,11 +85,12 @@ def test_backends_and_doctor_never_import_torch() -> None:
     code = """
 import sys
 from click.testing import CliRunner
+from pathlib import Path
 from cachekeeper.backends import get_backend
 from cachekeeper.cli.doctor import doctor
 for name in ("neuron", "tpu", "neuron_xla"):
     b = get_backend(name)
-    b.fingerprint({}); b.env_exports(__import__("pathlib").Path("/x")); b.include("cache", "a/b/c")
+    b.fingerprint({}); b.env_exports(Path("/x")); b.include("cache", "a/b/c", Path("/x/a/b/c"))
 assert CliRunner().invoke(doctor, ["--json"]).exit_code == 0
 print(sorted(m for m in sys.modules if m == "torch" or m.startswith(("torch.", "diffusers"))))
 """

@@ -82,7 +82,7 @@ def test_build_compiles_into_the_fresh_roots(built: Built) -> None:
 def test_include_drops_only_locks_from_a_real_build(built: Built) -> None:
     backend = InductorBackend()
     for name, root in built.roots.items():
-        dropped = {f for f in files(root) if not backend.include(name, f)}
+        dropped = {f for f in files(root) if not backend.include(name, f, root / f)}
         assert dropped and all(f.startswith("locks/") and f.endswith(".lock") for f in dropped), dropped
 
 
@@ -94,7 +94,7 @@ def test_copied_cache_makes_a_new_process_compile_nothing(built: Built) -> None:
              **InductorBackend(env={**os.environ, "TMPDIR": str(serve_tmp)}).extra_roots({})}
     for name, root in built.roots.items():
         for rel in files(root):
-            if backend.include(name, rel):
+            if backend.include(name, rel, root / rel):
                 (dests[name] / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / rel, dests[name] / rel)
     before = {name: files(d) for name, d in dests.items()}

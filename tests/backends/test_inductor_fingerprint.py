@@ -263,7 +263,7 @@ def test_extra_roots_follow_the_serving_tmpdir_unless_configured(tmp_path: Path)
     ("pch", "stray.txt", False),
 ])
 def test_include_keeps_artifacts_and_drops_locks_and_temps(root: str, relpath: str, kept: bool) -> None:
-    assert backend().include(root, relpath) is kept
+    assert backend().include(root, relpath, Path("/unused") / relpath) is kept
 
 
 def test_build_command_points_inductor_at_the_roots(tmp_path: Path) -> None:

@@ -161,9 +161,9 @@ def test_include_keeps_only_non_empty_neffs_at_their_sharded_path(tmp_path: Path
     for rel, data in files.items():
         (cache / rel).parent.mkdir(parents=True, exist_ok=True)
         (cache / rel).write_bytes(data)
-    kept = sorted(rel for rel in files if backend.include("cache", rel))
+    kept = sorted(rel for rel in files if backend.include("cache", rel, cache / rel))
     assert kept == [f"ab/cd/{KEY}.neff"]
-    assert not backend.include("pch", f"ab/cd/{KEY}.neff")
+    assert not backend.include("pch", f"ab/cd/{KEY}.neff", cache / f"ab/cd/{KEY}.neff")
 
 
 # --- build command ---------------------------------------------------------------------------------

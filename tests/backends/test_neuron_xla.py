@@ -49,8 +49,7 @@ def existing_cache(tmp_path: Path) -> Path:
 
 def test_include_keeps_complete_modules_of_this_compiler_only(existing_cache: Path) -> None:
     backend = NeuronXlaBackend()
-    backend.bind_roots({"cache": existing_cache})
-    kept = [rel for rel in files_under(existing_cache) if backend.include("cache", rel)]
+    kept = [rel for rel in files_under(existing_cache) if backend.include("cache", rel, existing_cache / rel)]
     assert {rel.split("/")[1] for rel in kept} == {"MODULE_10344527578179584098+4fd2b7e1",
                                                    "MODULE_20000000000000000001+4fd2b7e1"}
     assert not any(rel.endswith(".lock") for rel in kept)
@@ -58,10 +57,12 @@ def test_include_keeps_complete_modules_of_this_compiler_only(existing_cache: Pa
     assert len(kept) == 2 * (len(COMPANIONS) + 2)  # companions, model.neff, model.done
 
 
-def test_include_fails_closed_when_it_cannot_see_the_files(existing_cache: Path) -> None:
-    # Completeness is a property of the module dir: without the root, nothing is declared complete.
-    rel = f"neuronxcc-{VERSION}/MODULE_10344527578179584098+4fd2b7e1/model.neff"
-    assert not NeuronXlaBackend().include("cache", rel)
+def test_include_refuses_a_module_whose_marker_is_gone(existing_cache: Path) -> None:
+    # Completeness is a property of the module dir on disk, not of the file's name.
+    module_dir = existing_cache / f"neuronxcc-{VERSION}" / "MODULE_10344527578179584098+4fd2b7e1"
+    (module_dir / "model.done").unlink()
+    assert not NeuronXlaBackend().include("cache", f"{module_dir.relative_to(existing_cache)}/model.neff",
+                                          module_dir / "model.neff")
 
 
 def test_import_copies_complete_modules_marker_last_and_reports_the_rest(existing_cache: Path, tmp_path: Path) -> None:
@@ -81,7 +82,7 @@ def test_a_build_imports_an_existing_cache_dir_into_the_fresh_root(existing_cach
     assert result["counters"] == {"compiled": 0, "imported_modules": 2, "skipped_partial": 1}
     assert result["skipped_other_versions"] == ["neuronxcc-2.21.0.0"]
     built = tmp_path / "w" / "cache"
-    assert files_under(built) and all(backend.include("cache", rel) for rel in files_under(built))
+    assert files_under(built) and all(backend.include("cache", rel, built / rel) for rel in files_under(built))
 
 
 def test_a_build_without_a_source_dir_says_what_to_set(tmp_path: Path) -> None:
@@ -102,8 +103,7 @@ def test_fingerprint_carries_the_compiler_version_that_names_the_dir(monkeypatch
     backend = NeuronXlaBackend()
     src = tmp_path / "c"
     module(src, "10344527578179584098")
-    backend.bind_roots({"cache": src})
-    assert not any(backend.include("cache", rel) for rel in files_under(src))
+    assert not any(backend.include("cache", rel, src / rel) for rel in files_under(src))
 
 
 def test_missing_compiler_and_pins(host: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ BUILD = {"a/1.neff": b"one" * 100, "a/2.neff": b"two" * 100, "b/3.neff": b"three
 
 def _publish(store: FileStore, root: Path, toolchain: str = "1", model: str = "tiny") -> Manifest:
     return publish(store, fingerprint=fingerprint(toolchain), spec=spec(model), roots={"cache": root},
-                   include=lambda r, p: True).manifest
+                   include=lambda root, rel, path: True).manifest
 
 
 def _hydrate(store: FileStore, dest: Path, toolchain: str = "1", pins: list[Pin] | None = None, **kw: object):  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from cachekeeper.stores.memory import MemoryStore
 from .helpers import fingerprint, spec, write_tree
 
 
-def _keep_all(root: str, rel: str) -> bool:
+def _keep_all(root: str, rel: str, path: Path) -> bool:
     return not rel.endswith(".lock")
 
 

@@ -44,6 +44,8 @@ class InductorBackend(Backend):
     env_var: ClassVar[str] = "TORCHINDUCTOR_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = MODES["inductor"]
     shared_roots: ClassVar[frozenset[str]] = frozenset({PCH_ROOT})
+    # Inductor's own default, $TMPDIR/torchinductor_$USER (as the runtime computes it), for `doctor`.
+    default_cache_dir: ClassVar[str | None] = str(probes.default_pch_dir().parent)
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         # Tests pass an env; real use reads the process's at call time.
@@ -110,7 +112,7 @@ class InductorBackend(Backend):
         pch_dir = options.get("pch_dir")
         return {PCH_ROOT: Path(pch_dir) if pch_dir else probes.default_pch_dir(self.env.get("TMPDIR"))}
 
-    def include(self, root: str, relpath: str) -> bool:
+    def include(self, root: str, relpath: str, path: Path) -> bool:
         *dirs, name = PurePosixPath(relpath).parts or ("",)
         if any(d in _SKIP_DIRS or _SKIP_DIR_PATTERN.fullmatch(d) for d in dirs):
             return False

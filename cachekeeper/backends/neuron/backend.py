@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import ClassVar
 
 from ...fingerprint import Fingerprint
 from .. import MODES
 from .._common import (
-    RootAwareBackend,
     cache_workdir,
     check_pins,
     choose,
@@ -33,12 +33,13 @@ from .._common import (
     installed_versions,
     missing_reason,
     module_command,
+    non_empty,
     normalize_flags,
     option_fields,
     require_choice,
     require_versions,
 )
-from ..base import CACHE_ROOT, BuildCommand, BuildJob
+from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 from . import probes
 
 BUILD_MODULE = "cachekeeper.backends.neuron.build"
@@ -70,7 +71,7 @@ def knob_values(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-class NeuronBackend(RootAwareBackend):
+class NeuronBackend(Backend):
     name: ClassVar[str] = "neuron"
     env_var: ClassVar[str] = "TORCH_NEURONX_NEFF_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = MODES["neuron"]
@@ -118,10 +119,10 @@ class NeuronBackend(RootAwareBackend):
                 out.append(f"config {option}={options[option]!r} but {var}={env[var]!r}: the runtime follows {var}")
         return out
 
-    def include(self, root: str, relpath: str) -> bool:
+    def include(self, root: str, relpath: str, path: Path) -> bool:
         # Only NEFFs at their sharded path: the runtime writes `.tmp.XXXXXX` temps beside them and keeps its
         # locks elsewhere; an empty NEFF is a miss to the runtime, so it is not worth shipping.
-        return root == CACHE_ROOT and _NEFF.fullmatch(relpath) is not None and self.non_empty(root, relpath)
+        return root == CACHE_ROOT and _NEFF.fullmatch(relpath) is not None and non_empty(path)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
         require_versions(self.name, DISTS, INSTALL_HINT)

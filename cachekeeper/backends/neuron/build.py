@@ -16,10 +16,11 @@ TORCH_DEVICE_BACKEND_AUTOLOAD=0, so torch_neuronx is imported here, explicitly.
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Any
 
 from .._common import build_main, device_runtime, import_device_package, run_build
-from ..base import BuildJob
+from ..base import CACHE_ROOT, BuildJob
 from .backend import INSTALL_HINT, NeuronBackend
 
 EAGER_MODES = ("eager",)
@@ -31,7 +32,7 @@ def build(job: BuildJob) -> dict[str, Any]:
     torch_neuronx = import_device_package("torch_neuronx", "neuron", INSTALL_HINT)
     rt = device_runtime(torch_neuronx, device="neuron", compile_backend="neuron", dist_backend="neuron")
     backend = NeuronBackend()
-    return run_build(job, rt, eager_modes=EAGER_MODES, is_artifact=lambda rel: backend.include("cache", rel))
+    return run_build(job, rt, eager_modes=EAGER_MODES, is_artifact=partial(backend.include, CACHE_ROOT))
 
 
 if __name__ == "__main__":

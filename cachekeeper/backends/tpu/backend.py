@@ -31,19 +31,19 @@ from ...errors import BackendUnavailable
 from ...fingerprint import Fingerprint
 from .. import MODES
 from .._common import (
-    RootAwareBackend,
     check_pins,
     choose,
     env_fields,
     installed_versions,
     missing_reason,
     module_command,
+    non_empty,
     normalize_flags,
     option_fields,
     require_choice,
     require_versions,
 )
-from ..base import CACHE_ROOT, BuildCommand, BuildJob
+from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 
 BUILD_MODULE = "cachekeeper.backends.tpu.build"
 DISTS = ("torch", "torch-tpu", "libtpu")
@@ -107,7 +107,7 @@ def tier2_disabled_by(env: Mapping[str, str]) -> str | None:
     return TIER2_INTERNAL_ENV if env.get(TIER2_INTERNAL_ENV) == "disabled" else None
 
 
-class TPUBackend(RootAwareBackend):
+class TPUBackend(Backend):
     name: ClassVar[str] = "tpu"
     env_var: ClassVar[str] = "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"
     modes: ClassVar[tuple[str, ...]] = MODES["tpu"]
@@ -164,9 +164,9 @@ class TPUBackend(RootAwareBackend):
                                      f"unset {var} before the server starts")
         return {self.env_var: str(dest)}
 
-    def include(self, root: str, relpath: str) -> bool:
+    def include(self, root: str, relpath: str, path: Path) -> bool:
         # Entries only: the runtime's temps are `<entry>.bin.<host>-<tid>-<pid>-<us>.<n>.tmp`.
-        return root == CACHE_ROOT and _ENTRY.fullmatch(relpath) is not None and self.non_empty(root, relpath)
+        return root == CACHE_ROOT and _ENTRY.fullmatch(relpath) is not None and non_empty(path)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
         require_versions(self.name, DISTS, INSTALL_HINT)

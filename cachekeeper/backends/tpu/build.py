@@ -13,10 +13,11 @@ The parent sets TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT and TORCH_DEVICE_BACKEND_
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Any
 
 from .._common import build_main, device_runtime, import_device_package, run_build
-from ..base import BuildJob
+from ..base import CACHE_ROOT, BuildJob
 from .backend import INSTALL_HINT, TPUBackend
 
 EAGER_MODES = ("eager", "defer_and_fuse")
@@ -28,7 +29,7 @@ def build(job: BuildJob) -> dict[str, Any]:
     torch_tpu = import_device_package("torch_tpu", "tpu", INSTALL_HINT)
     rt = device_runtime(torch_tpu, device="tpu", compile_backend="tpu", dist_backend="tpu_dist")
     backend = TPUBackend()
-    return run_build(job, rt, eager_modes=EAGER_MODES, is_artifact=lambda rel: backend.include("cache", rel))
+    return run_build(job, rt, eager_modes=EAGER_MODES, is_artifact=partial(backend.include, CACHE_ROOT))
 
 
 if __name__ == "__main__":
