@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
+    from cachekeeper.backends._common import load_component
     from cachekeeper.backends.base import ModelRef
     from cachekeeper.backends.inductor import build
     from cachekeeper.spec import Shape
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     ref = ModelRef(name=os.path.basename(args.model.rstrip("/")), component=args.component, path=args.model,
                    inputs=args.inputs)
     t = time.perf_counter()
-    model = build.load_component(ref, args.dtype, args.device)
+    model = load_component(ref, args.dtype).to(args.device)
     load_s = time.perf_counter() - t
     compiled = build.compile_model(model, args.mode, {})
     inputs = build_inputs(model, ref, Shape(args.height, args.width, args.batch), args.dtype, args.device)

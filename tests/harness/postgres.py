@@ -12,7 +12,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -21,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.harness.process import free_port  # tests import it from here too
 
 PG_BIN = Path(os.environ.get("CACHEKEEPER_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PG_USER = "postgres"
@@ -37,13 +38,6 @@ class PostgresServer:
 
     def dsn(self, database: str = "postgres") -> str:
         return f"host={self.host} port={self.port} user=postgres dbname={database}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _as_postgres(args: list[str]) -> list[str]:

@@ -10,18 +10,13 @@ at +10000; all are picked free here, so two sessions on one host do not collide.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,8 +25,12 @@ from typing import Any
 
 import pytest
 
+from tests.harness.process import ServerKind, spawn
+
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+# Anything the probe raises before readiness is "not yet".
+SEAWEEDFS = ServerKind("SeaweedFS", "weed", START_TIMEOUT, STOP_TIMEOUT, poll_interval=0.25, not_yet=(Exception,))
 REGION = "us-east-1"
 COMPONENTS = ("master", "volume", "filer", "s3", "admin")
 GRPC_OFFSET = 10_000  # weed derives gRPC ports (and some clients dial them) as http port + 10000
@@ -92,30 +91,6 @@ def find_weed() -> str:
     return found
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM the server if pytest itself is killed, so no server outlives its session."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def _launch(weed: str, workdir: Path, access_key: str, secret_key: str,
             ports: dict[str, int]) -> subprocess.Popen[bytes]:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
@@ -125,10 +100,7 @@ def _launch(weed: str, workdir: Path, access_key: str, secret_key: str,
         "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", "-s3.autoCreateBucket=false",
         *(f"-{name}.port={port}" for name, port in ports.items()),
     ]
-    with open(workdir / "weed.out", "ab") as log:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=workdir, env=env,
-                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    return spawn(cmd, workdir, workdir / "weed.out", env)
 
 
 def _probe(server: S3Server) -> None:
@@ -143,53 +115,24 @@ def _probe(server: S3Server) -> None:
     server.client.put_object(Bucket="ck-ready", Key="probe", Body=b"ok")
 
 
-def _wait_ready(server: S3Server, proc: subprocess.Popen[bytes]) -> str | None:
-    """None when ready, else why not."""
-    deadline = time.monotonic() + START_TIMEOUT
-    last = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return f"weed exited with code {proc.returncode}"
-        try:
-            _probe(server)
-            return None
-        except Exception as exc:  # anything before readiness is "not yet"
-            last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.25)
-    return f"not ready after {START_TIMEOUT:.0f}s (last probe: {last})"
-
-
 def start_seaweedfs(workdir: Path) -> tuple[S3Server, subprocess.Popen[bytes]]:
     weed = find_weed()
     rng = secrets.SystemRandom()
     access_key, secret_key = f"ck{secrets.token_hex(8)}", secrets.token_hex(20)
-    failure = ""
-    for _attempt in range(3):  # a port picked free can be taken before weed binds it: retry with others
-        ports = _pick_ports(rng)
+    log_path = workdir / "weed.out"
+
+    def launch() -> tuple[S3Server, subprocess.Popen[bytes]]:
+        ports = _pick_ports(rng)  # other ports on each try
         proc = _launch(weed, workdir, access_key, secret_key, ports)
-        server = S3Server(f"http://127.0.0.1:{ports['s3']}", access_key, secret_key, proc.pid,
-                          workdir / "weed.out")
-        failure = _wait_ready(server, proc) or ""
-        if not failure:
-            return server, proc
-        _stop(proc)
-        if "address already in use" not in _log_tail(server.log_path, 200):
-            break
-    pytest.fail(f"SeaweedFS did not start: {failure}\n--- {workdir / 'weed.out'} (tail) ---\n"
-                f"{_log_tail(workdir / 'weed.out')}", pytrace=False)
+        return S3Server(f"http://127.0.0.1:{ports['s3']}", access_key, secret_key, proc.pid, log_path), proc
+
+    return SEAWEEDFS.start(launch, _probe, log_path)
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    workdir = Path(tempfile.mkdtemp(prefix="ck-seaweedfs-"))
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        server, proc = start_seaweedfs(workdir)
+    with SEAWEEDFS.session("ck-seaweedfs-", start_seaweedfs) as server:
         yield server
-    finally:
-        if proc is not None:
-            _stop(proc)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from cachekeeper.errors import ObjectNotFound, UnsafePath
-from cachekeeper.stores import Store
+from cachekeeper.stores import Store, open_store
 
 LARGE = 20 << 20  # above the S3/GCS single-request thresholds, so put_file takes the streaming path
 
@@ -225,3 +227,24 @@ class StoreConformance:
                                                   "does not call check_key yet"))
         with pytest.raises(UnsafePath):
             _invalid_key_ops(tmp_path)[op](store, key)
+
+
+class URLStoreConformance(StoreConformance):
+    """The suite for a store opened from a URL fixture (named by `url_fixture`), closed after each test."""
+
+    url_fixture: str
+
+    @pytest.fixture
+    def store(self, request: pytest.FixtureRequest) -> Iterator[Store]:
+        store = open_store(request.getfixturevalue(self.url_fixture))
+        yield store
+        store.close()
+
+
+def assert_opening_is_lazy(url: str, module: str, message: str) -> None:
+    """In a fresh interpreter: a file store never imports `module` (the cloud SDK); opening `url` does."""
+    code = ("import sys, tempfile; from cachekeeper.stores import open_store; "
+            "open_store(tempfile.mkdtemp()).put_bytes('k', b'v'); "
+            f"assert {module!r} not in sys.modules, {message!r}; "
+            f"open_store({url!r}); assert {module!r} in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from urllib.parse import urlparse
 
 import pytest
 
-from cachekeeper.stores import Store, open_store
+from cachekeeper.stores import open_store
 
-from .conformance import StoreConformance
+from .conformance import URLStoreConformance, assert_opening_is_lazy
 
 
 @pytest.mark.services
-class TestGCSStore(StoreConformance):
-    @pytest.fixture
-    def store(self, gcs_store_url: str) -> Iterator[Store]:
-        store = open_store(gcs_store_url)
-        yield store
-        store.close()
+class TestGCSStore(URLStoreConformance):
+    url_fixture = "gcs_store_url"
 
 
 @pytest.mark.services
@@ -37,8 +30,4 @@ def test_keys_live_under_the_url_prefix_and_list_relative_to_it(gcs_store_url: s
 
 
 def test_opening_a_gs_url_is_lazy_and_file_stores_never_import_google_cloud_storage() -> None:
-    code = ("import sys, tempfile; from cachekeeper.stores import open_store; "
-            "open_store(tempfile.mkdtemp()).put_bytes('k', b'v'); "
-            "assert 'google.cloud.storage' not in sys.modules, 'gcs imported'; "
-            "open_store('gs://bucket/prefix'); assert 'google.cloud.storage' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert_opening_is_lazy("gs://bucket/prefix", "google.cloud.storage", "gcs imported")

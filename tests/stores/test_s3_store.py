@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-from cachekeeper.stores import Store, open_store
+from cachekeeper.stores import open_store
 from cachekeeper.stores.s3 import S3Store
 from tests.harness.seaweedfs import S3Server
 
-from .conformance import LARGE, StoreConformance
+from .conformance import LARGE, URLStoreConformance, assert_opening_is_lazy
 
 
 @pytest.mark.services
-class TestS3Store(StoreConformance):
-    @pytest.fixture
-    def store(self, s3_store_url: str) -> Iterator[Store]:
-        store = open_store(s3_store_url)
-        yield store
-        store.close()
+class TestS3Store(URLStoreConformance):
+    url_fixture = "s3_store_url"
 
 
 def _bucket(url: str) -> str:
@@ -110,8 +103,4 @@ def test_racing_multipart_put_files_store_one_writers_bytes_and_leave_no_pending
 
 
 def test_opening_an_s3_url_is_lazy_and_file_stores_never_import_botocore() -> None:
-    code = ("import sys, tempfile; from cachekeeper.stores import open_store; "
-            "open_store(tempfile.mkdtemp()).put_bytes('k', b'v'); "
-            "assert 'botocore' not in sys.modules, 'botocore imported'; "
-            "open_store('s3://bucket/prefix'); assert 'botocore' in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert_opening_is_lazy("s3://bucket/prefix", "botocore", "botocore imported")

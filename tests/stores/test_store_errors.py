@@ -57,6 +57,18 @@ def _other_bucket(url: str, bucket: str) -> str:
     return url.replace(f"//{urlparse(url).netloc}/", f"//{bucket}/", 1)
 
 
+# --- S3 and GCS ------------------------------------------------------------------------------------
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("url_fixture", ["s3_store_url", "gcs_store_url"], ids=["s3", "gcs"])
+def test_missing_bucket_is_store_not_found(request: pytest.FixtureRequest, tmp_path: Path, url_fixture: str,
+                                           op: str) -> None:
+    store = open_store(_other_bucket(request.getfixturevalue(url_fixture), "ck-no-such-bucket"))
+    _fails_with(store, _ops(tmp_path)[op], StoreNotFound)
+
+
 # --- S3 --------------------------------------------------------------------------------------------
 
 
@@ -91,13 +103,6 @@ def test_s3_without_any_credentials_is_an_auth_error(monkeypatch: pytest.MonkeyP
     _fails_with(open_store("s3://some-bucket/cache"), _ops(tmp_path)[op], StoreAuthError)
 
 
-@pytest.mark.services
-@pytest.mark.parametrize("op", OPS)
-def test_s3_missing_bucket_is_store_not_found(s3_store_url: str, tmp_path: Path, op: str) -> None:
-    store = open_store(_other_bucket(s3_store_url, "ck-no-such-bucket"))
-    _fails_with(store, _ops(tmp_path)[op], StoreNotFound)
-
-
 @pytest.mark.parametrize("op", ["check", "put_bytes", "get_bytes", "size", "list"])
 def test_s3_unreachable_endpoint_is_store_unreachable_within_seconds(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, op: str) -> None:
@@ -119,13 +124,6 @@ def test_s3_unknown_profile_is_an_auth_error(monkeypatch: pytest.MonkeyPatch, tm
 
 # --- GCS -------------------------------------------------------------------------------------------
 # fake-gcs-server does no auth, so bad credentials are shown by their absence (no ADC at all).
-
-
-@pytest.mark.services
-@pytest.mark.parametrize("op", OPS)
-def test_gcs_missing_bucket_is_store_not_found(gcs_store_url: str, tmp_path: Path, op: str) -> None:
-    store = open_store(_other_bucket(gcs_store_url, "ck-no-such-bucket"))
-    _fails_with(store, _ops(tmp_path)[op], StoreNotFound)
 
 
 @pytest.mark.parametrize("op", ["check", "put_bytes", "get_bytes", "size", "list"])

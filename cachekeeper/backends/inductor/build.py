@@ -14,18 +14,18 @@ both at import, so nothing here imports torch before `prepare_dirs` has run.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import BuildFailed, CachekeeperError
+from ...errors import BuildFailed
 from ...warmup import build_inputs
-from ..base import BuildJob, ModelRef
+from .._common import build_main, load_component
+from ..base import BuildJob
 
 COUNTERS = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
@@ -40,43 +40,6 @@ def prepare_dirs(env: Mapping[str, str]) -> None:
         if env.get(var):
             Path(env[var]).mkdir(parents=True, exist_ok=True)
     tempfile.tempdir = None  # re-read TMPDIR if anything consulted it already
-
-
-def torch_dtype(name: str) -> Any:
-    import torch
-
-    dt = getattr(torch, name, None)
-    if not isinstance(dt, torch.dtype):
-        raise BuildFailed(f"unknown dtype {name!r}")
-    return dt
-
-
-def load_component(ref: ModelRef, dtype: str, device: str) -> Any:
-    """The component as a diffusers model class, from a local folder (or the hub when the ref says so)."""
-    from diffusers import AutoModel
-
-    _from_pretrained: Callable[..., Any] = AutoModel.from_pretrained  # untyped in diffusers
-    if ref.pipeline or ref.tensor_parallel > 1:
-        raise BuildFailed(f"{ref.name}: pipeline/tensor-parallel warm-up is not supported by the inductor backend")
-    kwargs: dict[str, Any] = {"torch_dtype": torch_dtype(dtype)}
-    if ref.path:
-        source = ref.path
-        # Accept a path to the component folder itself as well as to the pipeline folder.
-        if not (Path(ref.path) / ref.component).is_dir() and (Path(ref.path) / "config.json").is_file():
-            kwargs["subfolder"] = None
-        else:
-            kwargs["subfolder"] = ref.component
-    elif ref.hub:
-        source, kwargs["subfolder"] = ref.hub, ref.component
-        if ref.revision:
-            kwargs["revision"] = ref.revision
-    else:
-        raise BuildFailed(f"{ref.name}: the model has neither a path nor a hub id")
-    try:
-        model = _from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise BuildFailed(f"{ref.name}: cannot load {ref.component} from {source}: {exc}") from None
-    return model.to(device).eval().requires_grad_(False)
 
 
 def compile_model(model: Any, mode: str, options: Mapping[str, str]) -> Any:
@@ -135,7 +98,10 @@ def run(job: BuildJob) -> dict[str, Any]:
     t_import = time.perf_counter() - t0
     device = job.options.get("device", "cpu")
     t1 = time.perf_counter()
-    model = load_component(job.model, job.spec.dtype, device)
+    if job.model.pipeline or job.model.tensor_parallel > 1:
+        raise BuildFailed(f"{job.model.name}: the inductor backend warms up one component on one device",
+                          "set pipeline: false and tensor_parallel: 1 for inductor entries")
+    model = load_component(job.model, job.spec.dtype).to(device)
     t_load = time.perf_counter() - t1
     compiled = compile_model(model, job.spec.mode, job.options)
     inputs = build_inputs(model, job.model, job.spec.shape, job.spec.dtype, device, job.options)
@@ -152,37 +118,9 @@ def run(job: BuildJob) -> dict[str, Any]:
     }
 
 
-def write_result(path: str, result: Mapping[str, Any]) -> None:
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(result, indent=1, sort_keys=True))
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m cachekeeper.backends.inductor.build '<job json>'", file=sys.stderr)
-        return 2
-    try:
-        job = BuildJob.from_json(argv[0])
-    except (ValueError, KeyError, TypeError) as exc:
-        print(f"cachekeeper-build: error: bad job JSON: {exc}", file=sys.stderr)
-        return 2
-    prepare_dirs(os.environ)
-    try:
-        result = run(job)
-    except CachekeeperError as exc:
-        print(f"cachekeeper-build: error: {exc.message}", file=sys.stderr)
-        return 1
-    except Exception as exc:
-        import traceback
-
-        traceback.print_exc()
-        print(f"cachekeeper-build: error: {job.spec.label()}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    write_result(job.result_path, result)
-    print(json.dumps({"first_call_s": result["timings"]["first_call_s"], **result["counters"]}))
-    return 0
-
+    prepare_dirs(os.environ)  # before anything imports torch
+    return build_main(argv, "cachekeeper.backends.inductor.build", run)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,6 @@ Pins (`torch_version`, `torch_neuronx_version`, `neuronx_cc_version`) are checke
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,20 +25,17 @@ from typing import ClassVar
 from ...fingerprint import Fingerprint
 from .. import MODES
 from .._common import (
+    PackagedBackend,
     cache_workdir,
-    check_pins,
     choose,
     env_fields,
-    installed_versions,
-    missing_reason,
     module_command,
     non_empty,
     normalize_flags,
     option_fields,
     require_choice,
-    require_versions,
 )
-from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
+from ..base import CACHE_ROOT, BuildCommand, BuildJob
 from . import probes
 
 BUILD_MODULE = "cachekeeper.backends.neuron.build"
@@ -71,29 +67,16 @@ def knob_values(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-class NeuronBackend(Backend):
+class NeuronBackend(PackagedBackend):
+    dists: ClassVar[tuple[str, ...]] = DISTS
+    install_hint: ClassVar[str] = INSTALL_HINT
     name: ClassVar[str] = "neuron"
     env_var: ClassVar[str] = "TORCH_NEURONX_NEFF_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = MODES["neuron"]
     default_cache_dir: ClassVar[str | None] = DEFAULT_CACHE_DIR
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        super().__init__()
-        self._env = env  # tests pass one; real use reads the process env at call time
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        return os.environ if self._env is None else self._env
-
-    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
-        return missing_reason(installed_versions(DISTS), INSTALL_HINT)
-
-    def check_pins(self, options: Mapping[str, str]) -> None:
-        check_pins(self.name, options, installed_versions(DISTS))
-
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
-        versions = require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(options)
+        versions = self.versions(options)
         knobs = knob_values(options, self.env)
         if "target" in options:
             require_choice(self.name, "target", knobs["target"], probes.TARGETS)
@@ -125,8 +108,7 @@ class NeuronBackend(Backend):
         return root == CACHE_ROOT and _NEFF.fullmatch(relpath) is not None and non_empty(path)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
-        require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(job.options)
+        self.versions(job.options)
         env = {
             self.env_var: job.roots[CACHE_ROOT],
             LOCAL_CACHE_ENV: str(cache_workdir(job) / "neff_locks"),

@@ -21,7 +21,6 @@ Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not r
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,19 +30,16 @@ from ...errors import BackendUnavailable
 from ...fingerprint import Fingerprint
 from .. import MODES
 from .._common import (
-    check_pins,
+    PackagedBackend,
     choose,
     env_fields,
-    installed_versions,
-    missing_reason,
     module_command,
     non_empty,
     normalize_flags,
     option_fields,
     require_choice,
-    require_versions,
 )
-from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
+from ..base import CACHE_ROOT, BuildCommand, BuildJob
 
 BUILD_MODULE = "cachekeeper.backends.tpu.build"
 DISTS = ("torch", "torch-tpu", "libtpu")
@@ -107,29 +103,16 @@ def tier2_disabled_by(env: Mapping[str, str]) -> str | None:
     return TIER2_INTERNAL_ENV if env.get(TIER2_INTERNAL_ENV) == "disabled" else None
 
 
-class TPUBackend(Backend):
+class TPUBackend(PackagedBackend):
+    dists: ClassVar[tuple[str, ...]] = DISTS
+    install_hint: ClassVar[str] = INSTALL_HINT
     name: ClassVar[str] = "tpu"
     env_var: ClassVar[str] = "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"
     modes: ClassVar[tuple[str, ...]] = MODES["tpu"]
     default_cache_dir: ClassVar[str | None] = None  # unset: tier 3 is off
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        super().__init__()
-        self._env = env
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        return os.environ if self._env is None else self._env
-
-    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
-        return missing_reason(installed_versions(DISTS), INSTALL_HINT)
-
-    def check_pins(self, options: Mapping[str, str]) -> None:
-        check_pins(self.name, options, installed_versions(DISTS))
-
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
-        versions = require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(options)
+        versions = self.versions(options)
         env = self.env
         chip = options.get("chip") or chip_of(accelerator_type(env))
         if "chip" in options:
@@ -169,8 +152,7 @@ class TPUBackend(Backend):
         return root == CACHE_ROOT and _ENTRY.fullmatch(relpath) is not None and non_empty(path)
 
     def build_command(self, job: BuildJob) -> BuildCommand:
-        require_versions(self.name, DISTS, INSTALL_HINT)
-        self.check_pins(job.options)
+        self.versions(job.options)
         env = {
             self.env_var: job.roots[CACHE_ROOT],
             # defer_and_fuse is its own entry mode; every other mode runs strict eager around its graphs.
