@@ -241,3 +241,14 @@ def test_two_workers_on_one_catalog_build_each_entry_once(env: Env) -> None:
     built = [o["key"] for out, _ in outs for o in json.loads(out)["outcomes"] if o["status"] == "built"]
     assert sorted(built) == sorted(set(built)) and len(built) == 4
     assert all(json.loads(out)["counts"].get("built", 0) >= 1 for out, _ in outs), "both workers took work"
+
+
+def test_hydrate_can_select_shapes_and_refuses_one_the_config_does_not_declare(built: Env) -> None:
+    dest = built.tmp / "dest"
+    report = json.loads(built.run("hydrate", "--config", str(built.config), "--dest", str(dest), "--shape",
+                                  "128x64x1", "--json").stdout)
+    assert len([m for m in report["manifests"] if not m.startswith("shared-")]) == 1
+    err = one_error_line(built.run("hydrate", "--config", str(built.config), "--dest", str(built.tmp / "e"),
+                                   "--shape", "1024x1024x1", ok=False))
+    assert "declares no shape 1024x1024x1" in err and "64x64x1" in err
+    assert not (built.tmp / "e").exists()

@@ -15,7 +15,7 @@ from . import cli
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..catalog import Catalog
-    from ..config import Config
+    from ..config import Config, PlannedEntry
     from ..fingerprint import Fingerprint
     from ..stores.base import Store
 
@@ -131,6 +131,7 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 @click.option("--lockfile", type=click.Path(dir_okay=False), help="hydrate exactly the manifests a lockfile pins")
 @click.option("--backend", help="backend (default: the config's or lockfile's only one)")
 @click.option("--model", "models", multiple=True, help="only these models")
+@click.option("--shape", "shapes", multiple=True, metavar="HxWxB", help="only these compiled shapes of the config")
 @click.option("--dest", type=click.Path(file_okay=False), help="cache dir to fill (default: per-toolchain dir)")
 @click.option("--device", help="device the inference runs on (cpu, cuda), for the fingerprint")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
@@ -141,8 +142,9 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 @click.option("--threads", default=16, show_default=True)
 @json_option
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
-            dest: str | None, device: str | None, pairs: tuple[str, ...], store_url: str | None, print_env: bool,
-            verify: bool, require_all: bool, threads: int, as_json: bool) -> None:
+            shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
+            store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
+            as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..hydrate import hydrate as run
     from ..hydrate.resolve import Pin, read_lockfile
@@ -160,7 +162,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         raise ToolchainMismatch(f"{lockfile} pins toolchain {locked_fp}; this host is {fp.id}",
                                 "regenerate the lockfile on a host like this one (`cachekeeper lock`)")
     if config is not None and pins is None:
-        pins = [Pin(e.spec.key) for e in config.entries({name}, set(models) or None)]
+        entries = _only_shapes(config.entries({name}, set(models) or None), shapes, config.source)
+        pins = [Pin(e.spec.key) for e in entries]
     target = Path(dest) if dest else default_home() / "hydrated" / f"{name}-{fp.id}"
     exports = be.env_exports(target.absolute())  # before any download: it refuses env that would ignore the dir
     report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
@@ -177,6 +180,20 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     _say("hydrate: " + ("already in place" if report.noop else
          f"{report.files_fetched} files ({report.bytes_fetched / 1e6:.1f} MB) fetched, "
          f"{report.files_total} in place") + f" -> {report.dest} ({report.seconds:.2f}s)")
+
+
+def _only_shapes(entries: list[PlannedEntry], shapes: tuple[str, ...], source: str) -> list[PlannedEntry]:
+    """Keep entries of the named shapes; a shape the config does not declare is an error, not a miss."""
+    from ..errors import ConfigError
+
+    if not shapes:
+        return entries
+    declared = sorted({e.spec.shape.label() for e in entries})
+    unknown = [s for s in shapes if s not in declared]
+    if unknown:
+        raise ConfigError(f"{source} declares no shape {', '.join(unknown)} (it declares {', '.join(declared)})",
+                          "add the shape to the config and prebuild it; static-shape backends compile per shape")
+    return [e for e in entries if e.spec.shape.label() in shapes]
 
 
 def _shell_quote(value: str) -> str:
