@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +39,8 @@ def _get(store: Store, fp_id: str, pin: Pin) -> Manifest | None:
 
 def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin]) -> tuple[list[Manifest], list[str]]:
     """(found, missing names); manifests of another toolchain are refused, never used."""
+    from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
+
     pins = list(pins)
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda p: _get(store, fingerprint.id, p), pins))
