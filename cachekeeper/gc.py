@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .errors import ManifestError
 from .manifest import Manifest, blob_key
+from .signing import signature_key
 from .stores.base import Store
 
 
@@ -19,22 +20,28 @@ from .stores.base import Store
 class GcPlan:
     delete_manifests: list[str] = field(default_factory=list)
     delete_blobs: list[str] = field(default_factory=list)
+    delete_signatures: list[str] = field(default_factory=list)
     keep_blobs: int = 0
     unreadable: list[str] = field(default_factory=list)   # reported, never deleted automatically
 
 
-def plan_gc(manifests: dict[str, Manifest | None], blob_keys: Iterable[str], drop: set[str]) -> GcPlan:
-    """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove."""
+def plan_gc(manifests: dict[str, Manifest | None], blob_keys: Iterable[str], drop: set[str],
+            signature_keys: Iterable[str] = ()) -> GcPlan:
+    """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove.
+    A signature goes with its manifest (it is keyed by the manifest's digest)."""
     plan = GcPlan()
     referenced: set[str] = set()
+    live_signatures = {signature_key(m.digest) for m in manifests.values() if m is not None}
     for key, m in sorted(manifests.items()):
         if m is None:
             plan.unreadable.append(key)
             continue
         if m.fingerprint.id in drop:
             plan.delete_manifests.append(key)
+            live_signatures.discard(signature_key(m.digest))
             continue
         referenced.update(blob_key(b.digest) for b in m.blobs)
+    plan.delete_signatures = sorted(k for k in signature_keys if k not in live_signatures)
     for key in sorted(blob_keys):
         if key in referenced:
             plan.keep_blobs += 1
@@ -57,7 +64,7 @@ def read_manifests(store: Store) -> dict[str, Manifest | None]:
 
 def run_gc(store: Store, plan: GcPlan) -> None:
     # Manifests first: a reader never sees a manifest whose blobs are already gone.
-    for key in plan.delete_manifests:
+    for key in plan.delete_manifests + plan.delete_signatures:
         store.delete(key)
     for key in plan.delete_blobs:
         store.delete(key)

@@ -24,6 +24,7 @@ from .stores.base import Store
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .signing import SigningKey
 
 UPLOAD_THREADS = 8
 
@@ -84,8 +85,13 @@ def shared_name(root: str, roots: Mapping[str, Path], include: Callable[[str, st
     return f"{root}-{canonical.digest(paths)[:16]}"
 
 
-def _commit(store: Store, manifest: Manifest) -> tuple[Manifest, bool]:
-    if store.put_bytes(manifest.key, manifest.to_bytes()):
+def _commit(store: Store, manifest: Manifest, signing_key: SigningKey | None) -> tuple[Manifest, bool]:
+    data = manifest.to_bytes()
+    if signing_key is not None:
+        from .signing import publish_signature
+
+        publish_signature(store, signing_key, data)
+    if store.put_bytes(manifest.key, data):
         return manifest, True
     existing = Manifest.from_bytes(store.get_bytes(manifest.key), source=manifest.key)
     return existing, False
@@ -93,7 +99,8 @@ def _commit(store: Store, manifest: Manifest) -> tuple[Manifest, bool]:
 
 def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: Mapping[str, Path],
             include: Callable[[str, str, Path], bool], shared_roots: frozenset[str] = frozenset(),
-            build: Mapping[str, Any] | None = None, catalog: Catalog | None = None) -> PublishResult:
+            build: Mapping[str, Any] | None = None, catalog: Catalog | None = None,
+            signing_key: SigningKey | None = None) -> PublishResult:
     """Publish the entry `spec` built into `roots` (shared roots become their own manifests)."""
     requires: list[str] = []
     uploaded = blobs_up = present = 0
@@ -106,7 +113,7 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
             continue
         files, blobs, n, p = upload_files(store, {root: roots[root]}, include)
         shared = Manifest(KIND_SHARED, name, fingerprint, tuple(files), tuple(blobs), build=dict(build or {}))
-        shared, _ = _commit(store, shared)
+        shared, _ = _commit(store, shared, signing_key)
         if catalog is not None:
             catalog.record(shared, store_url=store.url)
         uploaded, blobs_up, present = uploaded + n, blobs_up + len(blobs) - p, present + p
@@ -114,7 +121,7 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
     files, blobs, n, p = upload_files(store, entry_roots, include)
     manifest = Manifest(KIND_ENTRY, spec.key, fingerprint, tuple(files), tuple(blobs), spec=spec,
                         requires=tuple(requires), build=dict(build or {}))
-    manifest, created = _commit(store, manifest)
+    manifest, created = _commit(store, manifest, signing_key)
     if catalog is not None:
         catalog.record(manifest, store_url=store.url)
     return PublishResult(manifest, created, uploaded + n, blobs_up + len(blobs) - p, present + p)

@@ -252,3 +252,15 @@ def test_hydrate_can_select_shapes_and_refuses_one_the_config_does_not_declare(b
                                    "--shape", "1024x1024x1", ok=False))
     assert "declares no shape 1024x1024x1" in err and "64x64x1" in err
     assert not (built.tmp / "e").exists()
+
+
+def test_signed_publishing_and_a_boot_hook_that_trusts_only_its_key(env: Env) -> None:
+    key = env.tmp / "ck.key"
+    public = env.run("keygen", "-o", str(key)).stdout.strip()
+    assert public.startswith("ed25519:") and (key.stat().st_mode & 0o777) == 0o600
+    env.run("prebuild", str(env.config), "--sign-key", str(key))
+    env.run("hydrate", "--config", str(env.config), "--dest", str(env.tmp / "d"), "--trusted-key", public)
+    other = env.run("keygen", "-o", str(env.tmp / "other.key")).stdout.strip()
+    err = one_error_line(env.run("hydrate", "--config", str(env.config), "--dest", str(env.tmp / "e"),
+                                 ok=False, CACHEKEEPER_TRUSTED_KEYS=other))
+    assert "not trusted" in err and not (env.tmp / "e" / "large.bin").exists()

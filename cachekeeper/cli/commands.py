@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config, PlannedEntry
     from ..fingerprint import Fingerprint
+    from ..signing import PublicKey
     from ..stores.base import Store
 
 store_option = click.option("--store", "store_url", envvar="CACHEKEEPER_STORE", metavar="URL",
@@ -95,10 +96,12 @@ def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str,
 @click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
 @click.option("--worker", help="worker id in the shared queue (default host:pid)")
 @click.option("--lease", default=600.0, show_default=True, help="seconds a claimed entry stays ours unrenewed")
+@click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
+              help="ed25519 private key (PEM) to sign manifests with [env CACHEKEEPER_SIGNING_KEY]")
 @json_option
 def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, no_catalog: bool,
              backends: tuple[str, ...], models: tuple[str, ...], only: tuple[str, ...], worker: str | None,
-             lease: float, as_json: bool) -> None:
+             lease: float, sign_key: str | None, as_json: bool) -> None:
     """Compile every entry of CONFIG's matrix for this host's toolchains and publish the caches."""
     from ..errors import BuildFailed
     from ..worker.prebuild import Outcome
@@ -106,6 +109,10 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 
     config = _load_config(config_path)
     assert config is not None
+    signing_key = None
+    if sign_key:
+        from ..signing import SigningKey
+        signing_key = SigningKey.load(Path(sign_key))
     store = _store(store_url, config, create=True)
     catalog = None if no_catalog else _catalog(catalog_url, config)
 
@@ -115,7 +122,7 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
             _say("         " + o.detail.strip().replace("\n", "\n         ")[-3000:])
 
     report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
-                 only=set(only) or None, worker=worker, lease_s=lease, progress=progress)
+                 only=set(only) or None, worker=worker, lease_s=lease, progress=progress, signing_key=signing_key)
     if as_json:
         click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes]}))
     _say("prebuild: " + ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) + f" -> {store.url}")
@@ -140,11 +147,13 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 @click.option("--verify", is_flag=True, help="re-hash every local file instead of trusting the state file")
 @click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
 @click.option("--threads", default=16, show_default=True)
+@click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
+              help="accept only manifests signed by this ed25519 public key [env CACHEKEEPER_TRUSTED_KEYS]")
 @json_option
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
-            as_json: bool) -> None:
+            trusted_keys: tuple[str, ...], as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..hydrate import hydrate as run
     from ..hydrate.resolve import Pin, read_lockfile
@@ -168,7 +177,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     exports = be.env_exports(target.absolute())  # before any download: it refuses env that would ignore the dir
     report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
                  extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
-                 require_all=require_all, threads=threads)
+                 require_all=require_all, threads=threads, trusted=_trusted(trusted_keys))
     if as_json:
         click.echo(json.dumps(report.to_dict()))
     if print_env:
@@ -194,6 +203,33 @@ def _only_shapes(entries: list[PlannedEntry], shapes: tuple[str, ...], source: s
         raise ConfigError(f"{source} declares no shape {', '.join(unknown)} (it declares {', '.join(declared)})",
                           "add the shape to the config and prebuild it; static-shape backends compile per shape")
     return [e for e in entries if e.spec.shape.label() in shapes]
+
+
+def _trusted(keys: tuple[str, ...]) -> tuple[PublicKey, ...]:
+    if not keys:
+        return ()
+    from ..signing import PublicKey
+    return tuple(PublicKey.parse(k) for k in keys)
+
+
+@cli.command()
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="private key file to create")
+def keygen(output: str) -> None:
+    """Create an ed25519 signing key (PEM, mode 0600) and print its public key for --trusted-key."""
+    import os
+
+    from ..errors import DestinationError
+    from ..signing import SigningKey
+
+    key = SigningKey.generate()
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise DestinationError(f"cannot create {output}: {exc.strerror}", "choose a new file name") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.pem())
+    click.echo(str(key.public))
+    _say(f"keygen: private key -> {output} (key id {key.public.id}); pass the line above to --trusted-key")
 
 
 def _shell_quote(value: str) -> str:
@@ -360,8 +396,8 @@ def gc(store_url: str | None, drop: tuple[str, ...], execute: bool) -> None:
     from ..gc import plan_gc, read_manifests, run_gc
 
     store = _store(store_url, None)
-    plan = plan_gc(read_manifests(store), store.list("blobs/"), set(drop))
-    for key in plan.delete_manifests + plan.delete_blobs:
+    plan = plan_gc(read_manifests(store), store.list("blobs/"), set(drop), store.list("signatures/"))
+    for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
         click.echo(f"{'delete' if execute else 'would delete'}  {key}")
     for key in plan.unreadable:
         _say(f"warning: unreadable manifest kept: {key}")

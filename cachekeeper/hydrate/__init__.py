@@ -22,6 +22,7 @@ from ..manifest import Manifest
 from ..stores.base import Store
 
 if TYPE_CHECKING:
+    from ..signing import PublicKey
     from .fetch import FetchStats
 from .plan import plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
@@ -72,11 +73,14 @@ def _guard_toolchain(dest: Path, state: State | None, fingerprint: Fingerprint) 
                                 "hydrate into an empty directory; one directory holds one toolchain")
 
 
-def _still_in_place(state: State, pins: list[Pin]) -> bool:
-    """The fast no-op: every wanted manifest was applied, and every placed file is unchanged."""
+def _still_in_place(state: State, pins: list[Pin], trusted_ids: set[str]) -> bool:
+    """The fast no-op: every wanted manifest was applied (and, if keys are required, passed one of them),
+    and every placed file is unchanged."""
     for pin in pins:
         digest = state.manifests.get(pin.name)
         if digest is None or (pin.digest is not None and pin.digest != digest):
+            return False
+        if trusted_ids and not trusted_ids & set(state.signed.get(pin.name, ())):
             return False
     for key, placed in state.files.items():
         root, _, rel = key.partition("/")
@@ -87,7 +91,8 @@ def _still_in_place(state: State, pins: list[Pin]) -> bool:
 
 def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: Path,
             extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
-            verify: bool = False, require_all: bool = False, threads: int = 16) -> HydrateReport:
+            verify: bool = False, require_all: bool = False, threads: int = 16,
+            trusted: tuple[PublicKey, ...] = ()) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
@@ -100,7 +105,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     with FileLock(state_dir(dest) / "lock"):
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
-        if state is not None and pins is not None and not verify and _still_in_place(state, pins):
+        trusted_ids = {k.id for k in trusted}
+        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
@@ -117,43 +123,45 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
         from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
         store = open_store()
-        manifests = _resolve(store, fingerprint, pins, models, report, require_all)
+        manifests = _resolve(store, fingerprint, pins, models, report, require_all, trusted)
         plan = plan_hydrate(manifests, roots, state, _probe(verify))
         placed, stats = execute(store, plan, threads)
         if stats.files:
             os.sync()  # one flush for all files, before the state file says they are there
-        _save(dest, fingerprint, state, manifests, roots, placed)
+        _save(dest, fingerprint, state, manifests, roots, placed, sorted(trusted_ids))
         _fill(report, manifests, stats, len(plan.keep) + len(placed))
     report.seconds = time.monotonic() - t0
     return report
 
 
 def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
-             report: HydrateReport, require_all: bool) -> list[Manifest]:
+             report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...]) -> list[Manifest]:
     if pins is None:
-        entries = list_entries(store, fingerprint, models)
+        entries = list_entries(store, fingerprint, models, trusted)
     else:
-        entries, report.missing = fetch_manifests(store, fingerprint, pins)
+        entries, report.missing = fetch_manifests(store, fingerprint, pins, trusted)
     if not entries or (require_all and report.missing):
         what = f"lacks {len(report.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
         others = other_toolchains(store, fingerprint.backend, fingerprint)
         detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
         raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
-    return with_shared(store, fingerprint, entries)
+    return with_shared(store, fingerprint, entries, trusted)
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
-          roots: Mapping[str, Path], placed: dict[str, PlacedFile]) -> None:
+          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str]) -> None:
     """Old entries that are still intact (this covers files the plan kept), plus what was just placed."""
     state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                   roots={k: str(v) for k, v in roots.items()})
     if old is not None:
         state.manifests.update(old.manifests)
+        state.signed.update(old.signed)
         state.files.update({k: f for k, f in old.files.items()
                             if k.partition("/")[0] in roots
                             and stat_matches(roots[k.partition("/")[0]] / k.partition("/")[2], f)})
     state.files.update(placed)
     state.manifests.update({m.name: m.digest for m in manifests})
+    state.signed.update({m.name: trusted_ids for m in manifests})
     save_state(dest, state)
 
 

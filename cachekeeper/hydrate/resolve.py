@@ -10,12 +10,16 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
 from ..manifest import KIND_ENTRY, Manifest, manifest_key, manifest_prefix
 from ..stores.base import Store
+
+if TYPE_CHECKING:
+    from ..signing import PublicKey
 
 LOCK_VERSION = 1
 
@@ -26,7 +30,7 @@ class Pin:
     digest: str | None = None      # set when a lockfile pins exact bytes
 
 
-def _get(store: Store, fp_id: str, pin: Pin) -> Manifest | None:
+def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...]) -> Manifest | None:
     key = manifest_key(fp_id, pin.name)
     try:
         data = store.get_bytes(key)
@@ -34,16 +38,21 @@ def _get(store: Store, fp_id: str, pin: Pin) -> Manifest | None:
         return None
     if pin.digest and hashlib.sha256(data).hexdigest() != pin.digest:
         raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile")
+    if trusted:
+        from ..signing import require_signature
+
+        require_signature(store, data, trusted, f"{store.url}/{key}")
     return Manifest.from_bytes(data, source=f"{store.url}/{key}")
 
 
-def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin]) -> tuple[list[Manifest], list[str]]:
+def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin],
+                    trusted: tuple[PublicKey, ...] = ()) -> tuple[list[Manifest], list[str]]:
     """(found, missing names); manifests of another toolchain are refused, never used."""
     from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
 
     pins = list(pins)
     with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda p: _get(store, fingerprint.id, p), pins))
+        results = list(pool.map(lambda p: _get(store, fingerprint.id, p, trusted), pins))
     found: list[Manifest] = []
     missing: list[str] = []
     for pin, m in zip(pins, results, strict=True):
@@ -61,22 +70,24 @@ def require_toolchain(m: Manifest, local: Fingerprint) -> None:
         raise ToolchainMismatch(f"manifest {m.name} was built for another toolchain ({diff or m.fingerprint.id})")
 
 
-def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None) -> list[Manifest]:
+def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None,
+                 trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
     """Every entry manifest published for this toolchain (optionally only some models)."""
     names = [k.rsplit("/", 1)[-1].removesuffix(".json") for k in store.list(manifest_prefix(fingerprint.id))
              if k.endswith(".json")]
-    found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names])
+    found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names], trusted)
     entries = [m for m in found if m.kind == KIND_ENTRY]
     if models:
         entries = [m for m in entries if m.spec and m.spec.model in models]
     return sorted(entries, key=lambda m: m.name)
 
 
-def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest]) -> list[Manifest]:
+def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest],
+                trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
     """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error)."""
     have = {m.name for m in manifests}
     needed = sorted({r for m in manifests for r in m.requires} - have)
-    shared, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in needed])
+    shared, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in needed], trusted)
     return manifests + shared
 
 

@@ -36,11 +36,12 @@ class State:
     manifests: dict[str, str] = field(default_factory=dict)       # manifest name -> digest
     files: dict[str, PlacedFile] = field(default_factory=dict)    # "root/path" -> what we placed
     roots: dict[str, str] = field(default_factory=dict)           # root name -> absolute dir
+    signed: dict[str, list[str]] = field(default_factory=dict)    # manifest name -> trusted key ids it passed
 
     def to_json(self) -> bytes:
         return json.dumps({
             "v": STATE_VERSION, "fingerprint_id": self.fingerprint_id, "backend": self.backend,
-            "manifests": self.manifests, "roots": self.roots,
+            "manifests": self.manifests, "roots": self.roots, "signed": self.signed,
             "files": {k: [f.sha256, f.size, f.mtime_ns] for k, f in sorted(self.files.items())},
         }, sort_keys=True).encode()
 
@@ -57,7 +58,7 @@ def load_state(dest: Path) -> State | None:
             return None
         return State(
             fingerprint_id=d["fingerprint_id"], backend=d["backend"], manifests=dict(d["manifests"]),
-            roots=dict(d.get("roots", {})),
+            roots=dict(d.get("roots", {})), signed={k: list(v) for k, v in d.get("signed", {}).items()},
             files={k: PlacedFile(str(v[0]), int(v[1]), int(v[2])) for k, v in d["files"].items()},
         )
     except FileNotFoundError:

@@ -32,6 +32,7 @@ from .runner import run_build
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Claim
+    from ..signing import SigningKey
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def _from_payload(payload: str) -> PlannedEntry:
 
 
 def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
-                workdir_root: Path | None = None, on_tick: Callable[[], object] | None = None) -> Outcome:
+                workdir_root: Path | None = None, on_tick: Callable[[], object] | None = None,
+                signing_key: SigningKey | None = None) -> Outcome:
     spec, fp = entry.spec, tc.fingerprint
     key = manifest_key(fp.id, spec.key)
     if store.exists(key):
@@ -115,7 +117,7 @@ def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Ca
             return Outcome(spec.label(), spec.key, fp.id, "failed", res.seconds,
                            f"build wrote no artifacts\n{res.log_tail}")
         pr = publish(store, fingerprint=fp, spec=spec, roots=roots, include=tc.backend.include,
-                     shared_roots=tc.backend.shared_roots, build=build, catalog=catalog)
+                     shared_roots=tc.backend.shared_roots, build=build, catalog=catalog, signing_key=signing_key)
         status = "built" if pr.created else "present"
         return Outcome(spec.label(), spec.key, fp.id, status, res.seconds, pr.manifest.digest)
     finally:
@@ -130,7 +132,8 @@ def _claims(catalog: Catalog, worker: str, fp_id: str, lease_s: float) -> Iterat
 def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, backends: set[str] | None = None,
              models: set[str] | None = None, only: set[str] | None = None, worker: str | None = None,
              lease_s: float = 600.0, workdir_root: Path | None = None,
-             progress: Callable[[Outcome], None] | None = None) -> PrebuildReport:
+             progress: Callable[[Outcome], None] | None = None,
+             signing_key: SigningKey | None = None) -> PrebuildReport:
     entries = config.entries(backends, models)
     if only:
         entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
@@ -156,7 +159,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     if catalog is None:
         for e in todo:
             done(build_entry(e, tcs[e.spec.backend], store, catalog=None, timeout=config.build_timeout,
-                             workdir_root=workdir_root))
+                             workdir_root=workdir_root, signing_key=signing_key))
         return report
     worker = worker or f"{socket.gethostname()}:{os.getpid()}"
     catalog.enqueue((tcs[e.spec.backend].fingerprint.id, e.spec.key, _payload(e)) for e in todo)
@@ -165,7 +168,8 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
         for claim in _claims(catalog, worker, tc.fingerprint.id, lease_s):
             entry = _from_payload(claim.payload)
             o = build_entry(entry, tc, store, catalog=catalog, timeout=config.build_timeout,
-                            workdir_root=workdir_root, on_tick=functools.partial(catalog.renew, claim, lease_s))
+                            workdir_root=workdir_root, on_tick=functools.partial(catalog.renew, claim, lease_s),
+                            signing_key=signing_key)
             if o.status == "failed":
                 catalog.fail(claim, o.detail[-2000:], retry=False)
             else:
