@@ -128,8 +128,14 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
         placed, stats = execute(store, plan, threads)
         if stats.files:
             os.sync()  # one flush for all files, before the state file says they are there
-        _save(dest, fingerprint, state, manifests, roots, placed, sorted(trusted_ids))
-        _fill(report, manifests, stats, len(plan.keep) + len(placed))
+        broken = {m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)}
+        applied = [m for m in manifests if m.name not in broken]  # broken ones are retried next time
+        _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
+        _fill(report, applied, stats, len(plan.keep) + len(placed))
+        report.missing += sorted(broken)
+        if broken and require_all:
+            raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(sorted(broken))})",
+                                   "run `cachekeeper verify`, then prebuild the affected entries again")
     report.seconds = time.monotonic() - t0
     return report
 

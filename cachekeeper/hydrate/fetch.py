@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from ..errors import IntegrityError
+from ..errors import IntegrityError, ObjectNotFound
 from ..fsutil import atomic_write_bytes, atomic_writer, sha256_file
 from ..manifest import blob_key
 from ..stores.base import Store
@@ -23,6 +23,7 @@ class FetchStats:
     files: int = 0
     bytes: int = 0
     verified_local: int = 0
+    missing_blobs: set[str] = field(default_factory=set)   # named by a manifest, gone from the store
 
 
 class _HashingWriter:
@@ -101,14 +102,20 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS) -> tu
                 stats.verified_local += 1
             else:
                 plan.fetch.setdefault(p.record.blob, []).append(p)
-        futures = []
+        futures = {}
         for digest, members in plan.fetch.items():
             if plan.blob_packed[digest]:
-                futures.append(pool.submit(_fetch_pack, store, digest, plan.blob_sizes[digest], members))
+                futures[digest] = pool.submit(_fetch_pack, store, digest, plan.blob_sizes[digest], members)
             else:
-                futures.append(pool.submit(_fetch_single, store, digest, members))
-        for fut in futures:
-            for p, rec in fut.result():
+                futures[digest] = pool.submit(_fetch_single, store, digest, members)
+        for digest, fut in futures.items():
+            try:
+                done = fut.result()
+            except ObjectNotFound:
+                # Like a remote build cache: a manifest whose bytes are gone is a miss, not a failure.
+                stats.missing_blobs.add(digest)
+                continue
+            for p, rec in done:
                 placed[f"{p.record.root}/{p.record.path}"] = rec
                 stats.files += 1
                 stats.bytes += p.record.size

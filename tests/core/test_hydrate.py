@@ -234,3 +234,16 @@ hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchai
     report = _hydrate(store, dest, pins=[Pin(m.name)])
     assert read_tree(dest) == files
     assert report.files_verified_local >= 1 and not list(dest.rglob("*.ck-tmp"))
+
+
+def test_an_entry_whose_blob_is_gone_is_a_miss_and_the_rest_still_hydrates(store: FileStore, tmp_path: Path) -> None:
+    a = _publish(store, write_tree(tmp_path / "b1", {"a/x": b"A" * 10}), model="m1")
+    b = _publish(store, write_tree(tmp_path / "b2", {"b/y": b"B" * 10}), model="m2")
+    (store.root / blob_key(b.blobs[0].digest)).unlink()  # e.g. a GC that raced a publisher
+    report = _hydrate(store, tmp_path / "dest", pins=[Pin(a.name), Pin(b.name)])
+    assert report.missing == [b.name] and report.manifests == [a.name]
+    assert read_tree(tmp_path / "dest") == {"a/x": b"A" * 10}
+    state = json.loads((tmp_path / "dest" / ".cachekeeper" / "state.json").read_bytes())
+    assert list(state["manifests"]) == [a.name]  # the broken entry is retried by the next hydrate
+    with pytest.raises(NothingToHydrate, match="lacks blobs"):
+        _hydrate(store, tmp_path / "dest2", pins=[Pin(a.name), Pin(b.name)], require_all=True)
