@@ -9,7 +9,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${CK_DEMO_DIR:-$(mktemp -d -t cachekeeper-demo.XXXXXX)}
-STORE="file://$WORK/store"
+export CACHEKEEPER_HOME="$WORK/home"   # the embedded defaults live here: store/ (file://) and catalog.db (SQLite)
 CONFIG="$HERE/tiny.yaml"
 MODEL="$HERE/models/tiny-flux"
 SERVE=(python "$HERE/serve.py" "$MODEL" --component transformer --height 64 --width 64)
@@ -19,14 +19,15 @@ echo "work dir: $WORK"
 echo "== 1. tiny model (random weights, no download)"
 [ -f "$MODEL/transformer/config.json" ] || python "$HERE/make_tiny_model.py" --only tiny-flux
 
-echo "== 2. prebuild: compile every entry of $CONFIG and publish to $STORE"
-cachekeeper prebuild "$CONFIG" --store "$STORE" --no-catalog
+echo "== 2. prebuild: compile every entry of $CONFIG, publish to $CACHEKEEPER_HOME/store, index in catalog.db"
+cachekeeper prebuild "$CONFIG"
+cachekeeper coverage "$CONFIG"
 
 echo "== 3. hydrate into a fresh dir (and the precompiled header into this TMPDIR)"
 export TMPDIR="$WORK/serve-tmp"   # where the serving process (and hydrate) put Inductor's header
 mkdir -p "$TMPDIR"
-cachekeeper hydrate --config "$CONFIG" --dest "$WORK/hydrated" --store "$STORE"
-eval "$(cachekeeper hydrate --config "$CONFIG" --dest "$WORK/hydrated" --store "$STORE" --print-env)"
+cachekeeper hydrate --config "$CONFIG" --dest "$WORK/hydrated"
+eval "$(cachekeeper hydrate --config "$CONFIG" --dest "$WORK/hydrated" --print-env)"   # a no-op the second time
 
 echo "== 4. first call, cold (empty cache dir, no header) vs hydrated"
 mkdir -p "$WORK/cold-tmp"
