@@ -1,19 +1,23 @@
 """Garbage collection of the store: plan (pure) then run.
 
-Unreferenced blobs are removed; manifests are removed only for toolchains named with --drop (e.g. an old
-compiler). Blobs are written before their manifest, so a prebuild running *during* a GC could lose
-fresh blobs: run GC when no prebuild is publishing to the same store (documented in the README).
+Unreferenced blobs and signatures are removed once they are older than a grace window (`min_age`):
+a publisher writes blobs, then the signature, then the manifest, so a young unreferenced object may
+belong to a manifest that is about to land. Manifests are removed only for toolchains named with
+`drop` (e.g. an old compiler), and their signatures with them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .errors import ManifestError
 from .manifest import Manifest, blob_key
 from .signing import signature_key
-from .stores.base import Store
+from .stores.base import ObjectInfo, Store
+
+DEFAULT_MIN_AGE = 3600.0   # longer than any publish takes between its first blob and its manifest
 
 
 @dataclass
@@ -22,31 +26,40 @@ class GcPlan:
     delete_blobs: list[str] = field(default_factory=list)
     delete_signatures: list[str] = field(default_factory=list)
     keep_blobs: int = 0
+    young: int = 0                                         # unreferenced, but inside the grace window
     unreadable: list[str] = field(default_factory=list)   # reported, never deleted automatically
 
 
-def plan_gc(manifests: dict[str, Manifest | None], blob_keys: Iterable[str], drop: set[str],
-            signature_keys: Iterable[str] = ()) -> GcPlan:
-    """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove.
-    A signature goes with its manifest (it is keyed by the manifest's digest)."""
+def plan_gc(manifests: dict[str, Manifest | None], blobs: Iterable[ObjectInfo], drop: set[str],
+            signatures: Iterable[ObjectInfo] = (), *, min_age: float = DEFAULT_MIN_AGE,
+            now: float | None = None) -> GcPlan:
+    """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove."""
+    cutoff = (time.time() if now is None else now) - min_age
     plan = GcPlan()
     referenced: set[str] = set()
-    live_signatures = {signature_key(m.digest) for m in manifests.values() if m is not None}
+    live_signatures: set[str] = set()
+    dropped_signatures: set[str] = set()
     for key, m in sorted(manifests.items()):
         if m is None:
             plan.unreadable.append(key)
-            continue
-        if m.fingerprint.id in drop:
+        elif m.fingerprint.id in drop:
             plan.delete_manifests.append(key)
-            live_signatures.discard(signature_key(m.digest))
-            continue
-        referenced.update(blob_key(b.digest) for b in m.blobs)
-    plan.delete_signatures = sorted(k for k in signature_keys if k not in live_signatures)
-    for key in sorted(blob_keys):
-        if key in referenced:
-            plan.keep_blobs += 1
+            dropped_signatures.add(signature_key(m.digest))
         else:
-            plan.delete_blobs.append(key)
+            referenced.update(blob_key(b.digest) for b in m.blobs)
+            live_signatures.add(signature_key(m.digest))
+    for sig in sorted(signatures, key=lambda o: o.key):
+        if sig.key in dropped_signatures or (sig.key not in live_signatures and sig.mtime <= cutoff):
+            plan.delete_signatures.append(sig.key)
+        elif sig.key not in live_signatures:
+            plan.young += 1
+    for blob in sorted(blobs, key=lambda o: o.key):
+        if blob.key in referenced:
+            plan.keep_blobs += 1
+        elif blob.mtime > cutoff:
+            plan.young += 1
+        else:
+            plan.delete_blobs.append(blob.key)
     return plan
 
 

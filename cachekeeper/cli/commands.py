@@ -390,13 +390,16 @@ def verify(store_url: str | None, deep: bool, as_json: bool) -> None:
 @cli.command()
 @store_option
 @click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
+@click.option("--min-age", default=3600.0, show_default=True, metavar="SECONDS",
+              help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
-def gc(store_url: str | None, drop: tuple[str, ...], execute: bool) -> None:
+def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
     from ..gc import plan_gc, read_manifests, run_gc
 
     store = _store(store_url, None)
-    plan = plan_gc(read_manifests(store), store.list("blobs/"), set(drop), store.list("signatures/"))
+    plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(drop), store.list_info("signatures/"),
+                   min_age=min_age)
     for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
         click.echo(f"{'delete' if execute else 'would delete'}  {key}")
     for key in plan.unreadable:
@@ -404,7 +407,8 @@ def gc(store_url: str | None, drop: tuple[str, ...], execute: bool) -> None:
     if execute:
         run_gc(store, plan)
     _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
-         f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept")
+         f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
+         f"{plan.young} unreferenced objects younger than {min_age:.0f}s kept")
 
 
 @cli.command()

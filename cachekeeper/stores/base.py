@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import UnsafePath
 from ..fsutil import safe_relpath
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float      # seconds since the epoch, as the store reports it (GC's grace window reads it)
 
 
 def check_key(key: str) -> str:
@@ -62,6 +70,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:
         """Keys starting with `prefix` (a plain string prefix), in no promised order."""
+
+    @abc.abstractmethod
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Like `list`, with each object's size and modification time (one listing, no per-key calls)."""
 
     @abc.abstractmethod
     def delete(self, key: str) -> None:

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from ..errors import ObjectNotFound, StoreError, StoreNotFound
 from ..fsutil import CHUNK, TMP_SUFFIX, atomic_writer
-from .base import Store, check_key
+from .base import ObjectInfo, Store, check_key
 
 
 class FileStore(Store):
@@ -94,6 +94,14 @@ class FileStore(Store):
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):
                     yield key
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        for key in self.list(prefix):
+            try:
+                st = (self.root / key).stat()
+            except FileNotFoundError:  # deleted by a concurrent GC between listing and stat
+                continue
+            yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -28,7 +28,7 @@ from google.cloud.storage.retry import _should_retry
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ._util import ClientSlot, bucket_location
-from .base import Store, check_key
+from .base import ObjectInfo, Store, check_key
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
@@ -264,6 +264,18 @@ class GCSStore(Store):
                                                   timeout=TIMEOUT, retry=RETRY)
                 for blob in blobs:
                     yield str(blob.name)[len(base):]
+            except api_exceptions.NotFound:
+                raise self._not_found() from None
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        with self._errors():
+            try:
+                blobs = self._client().list_blobs(self.bucket_name, prefix=base + prefix,
+                                                  fields="items(name,size,updated),nextPageToken",
+                                                  timeout=TIMEOUT, retry=RETRY)
+                for blob in blobs:
+                    yield ObjectInfo(str(blob.name)[len(base):], int(blob.size or 0), blob.updated.timestamp())
             except api_exceptions.NotFound:
                 raise self._not_found() from None
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 from ..errors import ObjectNotFound
-from .base import Store, check_key
+from .base import ObjectInfo, Store, check_key
 
 
 class MemoryStore(Store):
     def __init__(self) -> None:
         self.url = "memory://"
         self.objects: dict[str, bytes] = {}
+        self.mtimes: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def put_bytes(self, key: str, data: bytes) -> bool:
@@ -20,6 +22,7 @@ class MemoryStore(Store):
             if check_key(key) in self.objects:
                 return False
             self.objects[key] = bytes(data)
+            self.mtimes[key] = time.time()
             return True
 
     def get_bytes(self, key: str) -> bytes:
@@ -38,6 +41,11 @@ class MemoryStore(Store):
     def list(self, prefix: str = "") -> Iterator[str]:
         return iter([k for k in list(self.objects) if k.startswith(prefix)])
 
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        return iter([ObjectInfo(k, len(v), self.mtimes.get(k, 0.0)) for k, v in list(self.objects.items())
+                     if k.startswith(prefix)])
+
     def delete(self, key: str) -> None:
         with self._lock:
             self.objects.pop(check_key(key), None)
+            self.mtimes.pop(key, None)

@@ -34,7 +34,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
-from .base import Store, check_key
+from .base import ObjectInfo, Store, check_key
 
 DEFAULT_REGION = "us-east-1"
 
@@ -331,6 +331,14 @@ class S3Store(Store):
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
                 for obj in page.get("Contents", ()):
                     yield str(obj["Key"])[len(base):]
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        paginator = self._client().get_paginator("list_objects_v2")
+        with self._errors():
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+                for obj in page.get("Contents", ()):
+                    yield ObjectInfo(str(obj["Key"])[len(base):], int(obj["Size"]), obj["LastModified"].timestamp())
 
     def delete(self, key: str) -> None:
         k = self._key(key)

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,17 @@ class StoreConformance:
         assert sorted(store.list("m/fp1/e1")) == ["m/fp1/e1.json"]
         assert sorted(store.list("m")) == sorted(k for k in keys if k.startswith("m"))
         assert list(store.list("nothing/")) == []
+
+    def test_list_info_gives_each_key_its_size_and_a_current_mtime(self, store: Store) -> None:
+        before = time.time()
+        store.put_bytes("i/a", b"12345")
+        store.put_bytes("i/b/c", b"")
+        store.put_bytes("j/x", b"1")
+        info = {o.key: o for o in store.list_info("i/")}
+        assert set(info) == {"i/a", "i/b/c"} == set(store.list("i/"))
+        assert (info["i/a"].size, info["i/b/c"].size) == (5, 0)
+        # Servers run on this host: their clocks are ours, give or take a second and their rounding.
+        assert all(before - 5 <= o.mtime <= time.time() + 5 for o in info.values())
 
     def test_list_of_an_empty_store_is_empty(self, store: Store) -> None:
         assert list(store.list()) == []
