@@ -40,8 +40,12 @@ class PublishResult:
 
 def _upload(store: Store, blob: PendingBlob) -> int:
     key = blob_key(blob.record.digest)
-    if store.size(key) == blob.record.size:
+    present = store.size(key)
+    if present == blob.record.size:
         return 0
+    if present is not None:  # immutable: a bad object under this name can only be deleted, never replaced
+        raise IntegrityError(f"{store.url}/{key} is {present} bytes, expected {blob.record.size}",
+                             "run `cachekeeper verify --repair`, then prebuild again")
     if isinstance(blob.source, bytes):
         wrote = store.put_bytes(key, blob.source)
     else:

@@ -162,6 +162,11 @@ def test_verify_and_gc(built: Env) -> None:
     victim.write_bytes(b"truncated")
     bad = built.run("verify", ok=False)
     assert bad.returncode == 1 and "BAD" in bad.stdout
+    repaired = built.run("verify", "--repair", ok=False)
+    assert repaired.returncode == 1 and "removed  blobs/" in repaired.stdout
+    assert json.loads(built.run("prebuild", str(built.config), "--json").stdout)["counts"] == {"built": 1,
+                                                                                                "present": 1}
+    built.run("verify", "--deep")
 
 
 # --- bad input: one clear line, a non-zero exit, nothing partial --------------------------------------

@@ -369,10 +369,12 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
 @cli.command()
 @store_option
 @click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
+@click.option("--repair", is_flag=True, help="delete bad blobs and the manifests naming them, for prebuild to redo")
 @json_option
-def verify(store_url: str | None, deep: bool, as_json: bool) -> None:
+def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
     from ..gc import read_manifests
+    from ..verify import repair as repair_store
     from ..verify import verify_store
 
     store = _store(store_url, None)
@@ -383,6 +385,11 @@ def verify(store_url: str | None, deep: bool, as_json: bool) -> None:
     for p in problems:
         click.echo(f"BAD  {p.key}: {p.what}")
     _say(f"verify: {len(manifests)} manifests, {len(problems)} problems")
+    if problems and repair:
+        for key in repair_store(store, problems):
+            click.echo(f"removed  {key}")
+        _say("verify: repaired; `cachekeeper prebuild` rebuilds the removed entries "
+             "(and `cachekeeper catalog rebuild` drops their rows)")
     if problems:
         sys.exit(1)
 

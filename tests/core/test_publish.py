@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -101,3 +102,15 @@ def test_a_manifest_whose_slice_overruns_its_blob_is_refused(tmp_path: Path) -> 
     doc["files"][0]["size"] = 99
     with pytest.raises(ManifestError, match="outside its blob"):
         Manifest.from_bytes(json.dumps(doc).encode())
+
+
+def test_a_corrupt_blob_already_in_the_store_stops_the_publish_with_the_fix(tmp_path: Path) -> None:
+    from cachekeeper.errors import IntegrityError
+
+    big = b"z" * (snapshot.SMALL_FILE + 1)
+    store = MemoryStore()
+    store.put_bytes(blob_key(hashlib.sha256(big).hexdigest()), b"truncated")
+    with pytest.raises(IntegrityError, match="expected"):
+        publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": write_tree(tmp_path, {"b": big})},
+                include=_keep_all)
+    assert not [k for k in store.objects if k.startswith("manifests/")]
