@@ -18,7 +18,7 @@ from .errors import IntegrityError
 from .fingerprint import Fingerprint
 from .fsutil import sha256_file
 from .manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest, blob_key, manifest_key
-from .snapshot import PendingBlob, iter_blobs, scan_roots
+from .snapshot import LocalFile, PendingBlob, iter_blobs, scan_roots
 from .spec import EntrySpec
 from .stores.base import Store
 
@@ -56,15 +56,14 @@ def _upload(store: Store, blob: PendingBlob) -> int:
     return blob.record.size if wrote else 0
 
 
-def upload_files(store: Store, roots: Mapping[str, Path],
-                 include: Callable[[str, str, Path], bool]) -> tuple[list[FileRecord], list[BlobRecord], int, int]:
-    """Upload every blob of the roots; returns (files, blobs, bytes uploaded, blobs already present)."""
+def upload_files(store: Store, local: list[LocalFile]) -> tuple[list[FileRecord], list[BlobRecord], int, int]:
+    """Upload every blob of these files; returns (files, blobs, bytes uploaded, blobs already present)."""
     files: list[FileRecord] = []
     blobs: dict[str, BlobRecord] = {}
     uploaded = present = 0
     with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
         futures = []
-        for recs, pending in iter_blobs(scan_roots(roots, include)):
+        for recs, pending in iter_blobs(local):
             files.extend(recs)
             if pending.record.digest not in blobs:
                 blobs[pending.record.digest] = pending.record
@@ -77,13 +76,13 @@ def upload_files(store: Store, roots: Mapping[str, Path],
     return files, sorted(blobs.values(), key=lambda b: b.digest), uploaded, present
 
 
-def shared_name(root: str, roots: Mapping[str, Path], include: Callable[[str, str, Path], bool]) -> str | None:
+def shared_name(root: str, local: list[LocalFile]) -> str | None:
     """Name of a toolchain-shared set: the root plus a digest of its file *names* (not bytes).
 
     Inductor's precompiled header is named by a hash of its inputs and compiler, but its bytes differ
     between builds; naming the set by paths lets every entry of a toolchain share the first upload.
     """
-    paths = [f.path for f in scan_roots({root: roots[root]}, include)]
+    paths = [f.path for f in local]
     if not paths:
         return None
     return f"{root}-{canonical.digest(paths)[:16]}"
@@ -109,20 +108,21 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
     requires: list[str] = []
     uploaded = blobs_up = present = 0
     for root in sorted(shared_roots & roots.keys()):
-        name = shared_name(root, roots, include)
+        local = scan_roots({root: roots[root]}, include)
+        name = shared_name(root, local)
         if name is None:
             continue
         requires.append(name)
         if store.exists(manifest_key(fingerprint.id, name)):
             continue
-        files, blobs, n, p = upload_files(store, {root: roots[root]}, include)
+        files, blobs, n, p = upload_files(store, local)
         shared = Manifest(KIND_SHARED, name, fingerprint, tuple(files), tuple(blobs), build=dict(build or {}))
         shared, _ = _commit(store, shared, signing_key)
         if catalog is not None:
             catalog.record(shared, store_url=store.url)
         uploaded, blobs_up, present = uploaded + n, blobs_up + len(blobs) - p, present + p
     entry_roots = {k: v for k, v in roots.items() if k not in shared_roots}
-    files, blobs, n, p = upload_files(store, entry_roots, include)
+    files, blobs, n, p = upload_files(store, scan_roots(entry_roots, include))
     manifest = Manifest(KIND_ENTRY, spec.key, fingerprint, tuple(files), tuple(blobs), spec=spec,
                         requires=tuple(requires), build=dict(build or {}))
     manifest, created = _commit(store, manifest, signing_key)

@@ -89,15 +89,21 @@ def _from_payload(payload: str) -> PlannedEntry:
     return PlannedEntry(EntrySpec.from_dict(d["spec"]), ModelRef(**d["model"]))
 
 
+def already_published(entry: PlannedEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> Outcome | None:
+    """A "present" outcome (indexed in the catalog) if the store has the entry; None if it must be built."""
+    key = manifest_key(tc.fingerprint.id, entry.spec.key)
+    if not store.exists(key):
+        return None
+    if catalog is not None:
+        catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
+    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, "present")
+
+
 def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
                 workdir_root: Path | None = None, on_tick: Callable[[], object] | None = None,
                 signing_key: SigningKey | None = None) -> Outcome:
+    """Compile and publish one entry (the caller has checked it is not in the store yet)."""
     spec, fp = entry.spec, tc.fingerprint
-    key = manifest_key(fp.id, spec.key)
-    if store.exists(key):
-        if catalog is not None:
-            catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
-        return Outcome(spec.label(), spec.key, fp.id, "present")
     workdir = Path(tempfile.mkdtemp(prefix="ck-build-", dir=workdir_root))
     try:
         roots = tc.backend.build_roots(workdir)
@@ -148,12 +154,9 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
 
     todo: list[PlannedEntry] = []
     for e in entries:  # entries already in the store are reported, indexed, and never rebuilt
-        tc = tcs[e.spec.backend]
-        key = manifest_key(tc.fingerprint.id, e.spec.key)
-        if store.exists(key):
-            if catalog is not None:
-                catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
-            done(Outcome(e.spec.label(), e.spec.key, tc.fingerprint.id, "present"))
+        present = already_published(e, tcs[e.spec.backend], store, catalog)
+        if present is not None:
+            done(present)
         else:
             todo.append(e)
     if catalog is None:
@@ -167,9 +170,10 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     for tc in tcs.values():
         for claim in _claims(catalog, worker, tc.fingerprint.id, lease_s):
             entry = _from_payload(claim.payload)
-            o = build_entry(entry, tc, store, catalog=catalog, timeout=config.build_timeout,
-                            workdir_root=workdir_root, on_tick=functools.partial(catalog.renew, claim, lease_s),
-                            signing_key=signing_key)
+            # Another worker may have published it since it was queued (e.g. from another config).
+            o = already_published(entry, tc, store, catalog) or build_entry(
+                entry, tc, store, catalog=catalog, timeout=config.build_timeout, workdir_root=workdir_root,
+                on_tick=functools.partial(catalog.renew, claim, lease_s), signing_key=signing_key)
             if o.status == "failed":
                 catalog.fail(claim, o.detail[-2000:], retry=False)
             else:

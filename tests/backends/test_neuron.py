@@ -17,7 +17,7 @@ from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
 from cachekeeper.backends.neuron.probes import family_of, probe_target
 from cachekeeper.errors import BackendUnavailable, ConfigError
-from tests.simulated.harness import clear_device_env, entry, install
+from tests.simulated.harness import apply_change, clear_device_env, entry, install
 
 BASE = {"target": "trn2"}
 KEY = "abcd" + "0123456789abcdef0123456789ab"  # 32 hex
@@ -54,16 +54,7 @@ def test_fingerprint_names_versions_target_and_compiler_knobs() -> None:
 def test_each_field_separates_toolchains(field: str, change: str, monkeypatch: pytest.MonkeyPatch,
                                          tmp_path: Path) -> None:
     before = NeuronBackend().fingerprint(BASE)
-    kind, _, assignment = change.partition(":")
-    name, _, value = assignment.partition("=")
-    options = dict(BASE)
-    if kind == "site":
-        install(monkeypatch, tmp_path / "site2", **{name: value})
-    elif kind == "env":
-        monkeypatch.setenv(name, value)
-    else:
-        options[name] = value
-    after = NeuronBackend().fingerprint(options)
+    after = NeuronBackend().fingerprint(apply_change(change, BASE, monkeypatch, tmp_path))
     assert after.id != before.id
     assert set(before.diff(after)) == {field}
 

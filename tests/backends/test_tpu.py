@@ -15,7 +15,7 @@ from cachekeeper.backends import get_backend
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.tpu import TPUBackend
 from cachekeeper.errors import BackendUnavailable, ConfigError
-from tests.simulated.harness import clear_device_env, entry, install
+from tests.simulated.harness import apply_change, clear_device_env, entry, install
 
 BASE = {"chip": "v6e", "topology": "2x4"}
 K = "0123456789abcdef"
@@ -46,16 +46,7 @@ def test_fingerprint_names_versions_platform_chip_topology_and_flags() -> None:
 def test_each_field_separates_toolchains(field: str, change: str, monkeypatch: pytest.MonkeyPatch,
                                          tmp_path: Path) -> None:
     before = TPUBackend().fingerprint(BASE)
-    kind, _, assignment = change.partition(":")
-    name, _, value = assignment.partition("=")
-    options = dict(BASE)
-    if kind == "site":
-        install(monkeypatch, tmp_path / "site2", **{name: value})
-    elif kind == "env":
-        monkeypatch.setenv(name, value)
-    else:
-        options[name] = value
-    after = TPUBackend().fingerprint(options)
+    after = TPUBackend().fingerprint(apply_change(change, BASE, monkeypatch, tmp_path))
     assert after.id != before.id
     assert set(before.diff(after)) == {field}
 

@@ -46,6 +46,20 @@ def install(mp: pytest.MonkeyPatch, site_dir: Path, **overrides: str | None) -> 
     return site
 
 
+def apply_change(change: str, base: Mapping[str, str], mp: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    """Apply one "site:dist=ver" | "env:VAR=value" | "option:key=value" change; returns the options to use."""
+    kind, _, assignment = change.partition(":")
+    name, _, value = assignment.partition("=")
+    options = dict(base)
+    if kind == "site":
+        install(mp, tmp_path / "site2", **{name: value})
+    elif kind == "env":
+        mp.setenv(name, value)
+    else:
+        options[name] = value
+    return options
+
+
 def make_tiny_flux(dest: Path) -> ModelRef:
     """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`."""
     spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "examples" / "make_tiny_model.py")
