@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,13 @@ from .spec import EntrySpec
 SCHEMA = 1
 KIND_ENTRY = "entry"
 KIND_SHARED = "shared"
+# Runtime compiles a serving host wrote back (`cachekeeper capture --publish`). They carry schema 2 (with
+# `provenance`), so a reader that predates them says "unknown manifest schema 2" instead of misreading one,
+# and they live under `manifests/<fp>/captured/`, where an older hydrate's listing never finds them.
+KIND_CAPTURED = "captured"
+SCHEMA_CAPTURED = 2
+CAPTURED_PREFIX = "captured/"
+_CAPTURED_NAME = re.compile(r"captured/[0-9a-f]{16}")
 
 
 def blob_key(digest: str) -> str:
@@ -34,6 +42,14 @@ def manifest_key(fingerprint_id: str, name: str) -> str:
 
 def manifest_prefix(fingerprint_id: str | None = None) -> str:
     return f"manifests/{fingerprint_id}/" if fingerprint_id else "manifests/"
+
+
+def captured_prefix(fingerprint_id: str) -> str:
+    return f"manifests/{fingerprint_id}/{CAPTURED_PREFIX}"
+
+
+def schema_for(kind: str) -> int:
+    return SCHEMA_CAPTURED if kind == KIND_CAPTURED else SCHEMA
 
 
 @dataclass(frozen=True)
@@ -59,14 +75,17 @@ class BlobRecord:
 
 @dataclass(frozen=True)
 class Manifest:
-    kind: str                              # "entry" or "shared"
-    name: str                              # entry key, or shared-set name ("pch-<hash>")
+    kind: str                              # "entry", "shared" or "captured"
+    name: str                              # entry key, shared-set name ("pch-<hash>"), "captured/<hash>"
     fingerprint: Fingerprint
     files: tuple[FileRecord, ...]
     blobs: tuple[BlobRecord, ...]
     spec: EntrySpec | None = None          # set for kind == "entry"
     requires: tuple[str, ...] = ()         # names of shared manifests (same fingerprint) to hydrate too
     build: dict[str, Any] = field(default_factory=dict)   # host, durations, counters: informative only
+    # kind == "captured" only: host, time, the state it extended ("state": sha256 of the state file,
+    # "extends": the manifest names hydrated there); hydrate picks captured sets by "extends".
+    provenance: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -77,8 +96,8 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA, "kind": self.kind, "name": self.name,
+        d: dict[str, Any] = {
+            "schema": schema_for(self.kind), "kind": self.kind, "name": self.name,
             "fingerprint": self.fingerprint.to_dict(), "fingerprint_id": self.fingerprint.id,
             "spec": self.spec.to_dict() if self.spec else None,
             "requires": list(self.requires),
@@ -86,6 +105,9 @@ class Manifest:
             "blobs": [{"digest": b.digest, "size": b.size, "packed": b.packed} for b in self.blobs],
             "build": self.build,
         }
+        if self.kind == KIND_CAPTURED:
+            d["provenance"] = self.provenance or {}
+        return d
 
     def to_bytes(self) -> bytes:
         return canonical.dumps(self.to_dict())
@@ -99,8 +121,10 @@ class Manifest:
         """Parse and validate; every path is checked here so nothing downstream sees a hostile one."""
         try:
             d = json.loads(data)
-            if d.get("schema") != SCHEMA:
+            if d.get("schema") not in (SCHEMA, SCHEMA_CAPTURED):
                 raise ManifestError(f"{source}: unknown manifest schema {d.get('schema')!r}")
+            if d.get("schema") != schema_for(d.get("kind", "")):
+                raise ManifestError(f"{source}: kind {d.get('kind')!r} does not belong to schema {d['schema']}")
             fp = Fingerprint.from_dict(d["fingerprint"])
             if d.get("fingerprint_id") != fp.id:
                 raise ManifestError(f"{source}: fingerprint id does not match its fields")
@@ -110,7 +134,8 @@ class Manifest:
             blobs = tuple(BlobRecord(str(b["digest"]), int(b["size"]), bool(b["packed"])) for b in d["blobs"])
             spec = EntrySpec.from_dict(d["spec"]) if d.get("spec") else None
             m = cls(kind=d["kind"], name=str(d["name"]), fingerprint=fp, files=files, blobs=blobs,
-                    spec=spec, requires=tuple(d.get("requires", ())), build=dict(d.get("build") or {}))
+                    spec=spec, requires=tuple(d.get("requires", ())), build=dict(d.get("build") or {}),
+                    provenance=dict(d["provenance"]) if d.get("kind") == KIND_CAPTURED else None)
         except ManifestError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -120,7 +145,7 @@ class Manifest:
 
     def validate(self, source: str = "manifest") -> None:
         """Internal consistency: every slice lies inside its blob, paths are unique per root."""
-        if self.kind not in (KIND_ENTRY, KIND_SHARED):
+        if self.kind not in (KIND_ENTRY, KIND_SHARED, KIND_CAPTURED):
             raise ManifestError(f"{source}: unknown manifest kind {self.kind!r}")
         sizes = {b.digest: b for b in self.blobs}
         seen: set[tuple[str, str]] = set()
@@ -136,3 +161,7 @@ class Manifest:
             seen.add((f.root, f.path))
         if self.kind == KIND_ENTRY and (self.spec is None or self.spec.key != self.name):
             raise ManifestError(f"{source}: entry name does not match its spec")
+        if (self.kind == KIND_CAPTURED) != bool(_CAPTURED_NAME.fullmatch(self.name)):
+            raise ManifestError(f"{source}: a captured set is named captured/<16 hex>, and only a captured set")
+        if self.kind == KIND_CAPTURED and (self.spec is not None or self.requires):
+            raise ManifestError(f"{source}: a captured set has no spec and requires nothing")

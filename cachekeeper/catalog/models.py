@@ -32,7 +32,7 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-KINDS = ("entry", "shared")
+KINDS = ("entry", "shared", "captured")   # "captured" since revision 0003
 JOB_STATUSES = ("pending", "running", "done", "failed")
 
 

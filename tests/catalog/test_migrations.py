@@ -19,8 +19,8 @@ from .helpers import entry
 STORE = "file:///srv/store"
 
 
-def test_head_is_the_queue_revision() -> None:
-    assert head() == "0002"
+def test_head_is_the_captured_kind_revision() -> None:
+    assert head() == "0003"
 
 
 def test_upgrade_downgrade_upgrade_keeps_the_manifest_rows(catalog_url: str) -> None:
@@ -31,7 +31,7 @@ def test_upgrade_downgrade_upgrade_keeps_the_manifest_rows(catalog_url: str) -> 
         m = entry()
         catalog.record(m, store_url=STORE)       # 0001 already holds fingerprints and manifests
 
-        catalog.upgrade()
+        catalog.upgrade("0002")
         assert catalog.current() == "0002"
         assert catalog.enqueue([("fp", "k", "{}")]) == 1
 
@@ -67,7 +67,7 @@ def test_sqlite_migrates_itself_on_open(tmp_path: Path) -> None:
 
 
 def test_auto_migrate_false_refuses_an_unmigrated_catalog(catalog_url: str) -> None:
-    with pytest.raises(CatalogNotMigrated, match="revision none, expected 0002"):
+    with pytest.raises(CatalogNotMigrated, match="revision none, expected 0003"):
         Catalog.open(catalog_url, auto_migrate=False)
 
 
