@@ -1,0 +1,281 @@
+"""Read-only aggregations for the inspection commands and the dashboard.
+
+Everything is counted, summed and paginated in SQL, so a 100k-entry catalog answers in milliseconds and
+the dashboard's first view stays under a second (benchmarks/inspect_scale.py). Kept out of catalog.py:
+these are views over its tables, not part of the index's write contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, Connection, and_, case, func, select
+from sqlalchemy.orm import aliased
+
+from ..fingerprint import Fingerprint
+from ..inspection.diff import EntryCost
+from ..manifest import KIND_SHARED
+from .models import BuildJobModel, FingerprintModel, ManifestModel
+from .queue import aware, now
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+
+M = ManifestModel
+F = FingerprintModel
+J = BuildJobModel
+STATUSES = ("built", "missing", "captured")
+KIND_CAPTURED = "captured"    # issue #9's kind: a cache captured from a serving host, not prebuilt
+
+
+@contextlib.contextmanager
+def reading(catalog: Catalog) -> Iterator[Connection]:
+    """One read transaction (errors translated to CatalogError lines, like every Catalog method)."""
+    with catalog._read() as conn:
+        yield conn
+
+
+def _seconds() -> ColumnElement[Any]:
+    seconds: ColumnElement[Any] = M.build["seconds"].as_float()
+    return seconds
+
+
+def _label(r: Any) -> str:
+    return f"{r.model}/{r.component} {r.backend}:{r.mode} {r.height}x{r.width}x{r.batch} {r.dtype}"
+
+
+# --- fingerprints ------------------------------------------------------------------------------------
+
+
+def fingerprint_ids(conn: Connection, prefix: str = "") -> list[str]:
+    query = select(F.id).order_by(F.id)
+    if prefix:
+        query = query.where(F.id.startswith(prefix, autoescape=True))
+    return list(conn.scalars(query))
+
+
+def fingerprint(conn: Connection, fp_id: str) -> Fingerprint | None:
+    row = conn.execute(select(F.backend, F.fields).where(F.id == fp_id)).first()
+    return Fingerprint.of(row.backend, row.fields) if row else None
+
+
+# --- diff --------------------------------------------------------------------------------------------
+
+
+def entries_only_in(conn: Connection, a_id: str, b_id: str) -> list[EntryCost]:
+    """Entries built for toolchain `a_id` that `b_id` lacks (an anti-join on the (fingerprint, name) index)."""
+    other = aliased(M)
+    lacks = ~select(other.digest).where(other.fingerprint_id == b_id, other.name == M.name).exists()
+    query = (select(M.name, M.model, M.component, M.backend, M.mode, M.height, M.width, M.batch, M.dtype,
+                    M.total_size, _seconds().label("seconds"))
+             .where(M.fingerprint_id == a_id, M.kind != KIND_SHARED, lacks)
+             .order_by(M.model, M.component, M.mode, M.height, M.width, M.batch, M.dtype, M.name))
+    return [EntryCost(r.name, _label(r), int(r.total_size), None if r.seconds is None else float(r.seconds))
+            for r in conn.execute(query)]
+
+
+def holders(conn: Connection, name: str) -> list[Fingerprint]:
+    """Every toolchain that has entry `name` built."""
+    query = (select(F.backend, F.fields).join(M, M.fingerprint_id == F.id)
+             .where(M.name == name, M.kind != KIND_SHARED).order_by(F.id))
+    return [Fingerprint.of(r.backend, r.fields) for r in conn.execute(query)]
+
+
+# --- the coverage matrix -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatrixFilter:
+    fingerprint_id: str
+    backend: str
+    model: str | None = None
+    mode: str | None = None
+    dtype: str | None = None
+    status: str | None = None        # built | missing | captured
+    page: int = 1
+    per_page: int = 50
+
+
+@dataclass(frozen=True)
+class Cell:
+    shape: str                # HxWxB
+    status: str               # built | captured | missing | partial
+    entries: int              # distinct entries of this cell over every toolchain of the backend
+    here: int                 # of those, built (or captured) for the chosen toolchain
+    size: int
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    model: str
+    component: str
+    mode: str
+    dtype: str
+    cells: dict[str, Cell]    # shape -> cell
+
+
+@dataclass(frozen=True)
+class Matrix:
+    rows: tuple[MatrixRow, ...]
+    shapes: tuple[str, ...]
+    has_next: bool
+
+
+def _cell_status(entries: int, here: int, built: int, captured: int) -> str:
+    if here == 0:
+        return "missing"
+    if here < entries:
+        return "partial"
+    return "captured" if captured and not built else "built"
+
+
+def _row_filter(f: MatrixFilter) -> list[ColumnElement[bool]]:
+    cond = [M.backend == f.backend, M.kind != KIND_SHARED]
+    for column, value in ((M.model, f.model), (M.mode, f.mode), (M.dtype, f.dtype)):
+        if value is not None:
+            cond.append(column == value)
+    return cond
+
+
+def _aggregates(fp_id: str) -> dict[str, ColumnElement[Any]]:
+    here = M.fingerprint_id == fp_id
+    return {
+        "entries": func.count(func.distinct(M.name)),
+        "here": func.count(case((here, 1))),
+        "built": func.count(case((and_(here, M.kind != KIND_CAPTURED), 1))),
+        "captured": func.count(case((and_(here, M.kind == KIND_CAPTURED), 1))),
+    }
+
+
+def _status_having(status: str | None, agg: dict[str, ColumnElement[Any]]) -> ColumnElement[bool] | None:
+    return {"built": agg["built"] > 0, "missing": agg["entries"] > agg["here"],
+            "captured": agg["captured"] > 0}.get(status or "")
+
+
+def matrix(conn: Connection, f: MatrixFilter) -> Matrix:
+    """One page of (model, component, mode, dtype) rows; each cell aggregates one shape."""
+    agg = _aggregates(f.fingerprint_id)
+    keys = (M.model, M.component, M.mode, M.dtype)
+    rows_q = select(*keys).where(*_row_filter(f)).group_by(*keys).order_by(*keys)
+    having = _status_having(f.status, agg)
+    if having is not None:
+        rows_q = rows_q.having(having)
+    page = list(conn.execute(rows_q.limit(f.per_page + 1).offset((f.page - 1) * f.per_page)))
+    has_next = len(page) > f.per_page
+    page = page[:f.per_page]
+    if not page:
+        return Matrix((), (), has_next=False)
+    here = M.fingerprint_id == f.fingerprint_id
+    cells_q = (select(*keys, M.height, M.width, M.batch, *[a.label(n) for n, a in agg.items()],
+                      func.sum(case((here, M.total_size))).label("size"),
+                      func.sum(case((here, _seconds()))).label("seconds"))
+               .where(*_row_filter(f), M.model.in_(sorted({r.model for r in page})))
+               .group_by(*keys, M.height, M.width, M.batch))
+    wanted = {tuple(r) for r in page}
+    cells: dict[tuple[Any, ...], dict[str, Cell]] = {k: {} for k in wanted}
+    shapes: set[tuple[int, int, int]] = set()
+    for r in conn.execute(cells_q):
+        row_key = (r.model, r.component, r.mode, r.dtype)
+        if row_key not in wanted:
+            continue
+        status = _cell_status(r.entries, r.here, r.built, r.captured)
+        if f.status and status != f.status and not (f.status == "missing" and status == "partial"):
+            continue
+        shape = (r.height or 0, r.width or 0, r.batch or 0)
+        shapes.add(shape)
+        label = "{}x{}x{}".format(*shape)
+        cells[row_key][label] = Cell(label, status, r.entries, r.here, int(r.size or 0),
+                                     None if r.seconds is None else round(float(r.seconds), 1))
+    rows = tuple(MatrixRow(str(k[0]), str(k[1]), str(k[2]), str(k[3]), cells[tuple(k)]) for k in page)
+    return Matrix(rows, tuple("{}x{}x{}".format(*s) for s in sorted(shapes)), has_next)
+
+
+def filter_choices(conn: Connection, backend: str) -> dict[str, list[str]]:
+    """Values the filter drop-downs offer: distinct models, modes, dtypes of the backend (index-only)."""
+    out: dict[str, list[str]] = {}
+    for name, column in (("model", M.model), ("mode", M.mode), ("dtype", M.dtype)):
+        query = select(column).where(M.backend == backend, column.is_not(None)).distinct().order_by(column)
+        out[name] = [str(v) for v in conn.scalars(query.limit(500))]
+    return out
+
+
+# --- queue and publishes -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobView:
+    fingerprint_id: str
+    entry_key: str
+    status: str
+    worker: str | None
+    attempts: int
+    lease_expires_at: datetime | None
+    lease_left_s: float | None     # negative: expired (claimable again)
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker: str
+    running: int
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueView:
+    counts: dict[str, int]
+    active: tuple[JobView, ...]      # running first, then pending; at most `limit`
+    workers: tuple[WorkerView, ...]
+
+
+def queue_view(conn: Connection, limit: int = 50) -> QueueView:
+    counts = {s: n for s, n in conn.execute(select(J.status, func.count()).group_by(J.status))}
+    at = now()
+    jobs_q = (select(J).where(J.status.in_(("running", "pending")))
+              .order_by(case((J.status == "running", 0), else_=1), J.lease_expires_at, J.updated_at).limit(limit))
+    active = tuple(JobView(r.fingerprint_id, r.entry_key, r.status, r.worker, r.attempts,
+                           aware(r.lease_expires_at) if r.lease_expires_at else None,
+                           (aware(r.lease_expires_at) - at).total_seconds() if r.lease_expires_at else None,
+                           aware(r.updated_at))
+                   for r in conn.execute(jobs_q))
+    workers_q = (select(J.worker, func.count().label("running"), func.max(J.lease_expires_at).label("lease"))
+                 .where(J.status == "running", J.worker.is_not(None)).group_by(J.worker).order_by(J.worker)
+                 .limit(limit))
+    workers = tuple(WorkerView(r.worker, r.running, aware(r.lease) if r.lease else None)
+                    for r in conn.execute(workers_q))
+    return QueueView(counts, active, workers)
+
+
+@dataclass(frozen=True)
+class Publish:
+    fingerprint_id: str
+    key: str
+    kind: str
+    label: str
+    size: int
+    seconds: float | None
+    created_at: datetime
+
+
+def recent_publishes(conn: Connection, limit: int = 20) -> list[Publish]:
+    query = (select(M.fingerprint_id, M.name, M.kind, M.model, M.component, M.backend, M.mode, M.height,
+                    M.width, M.batch, M.dtype, M.total_size, M.created_at, _seconds().label("seconds"))
+             .order_by(M.created_at.desc(), M.name).limit(limit))
+    return [Publish(r.fingerprint_id, r.name, r.kind, _label(r) if r.model else r.name, int(r.total_size),
+                    None if r.seconds is None else float(r.seconds), aware(r.created_at))
+            for r in conn.execute(query)]
+
+
+def fingerprint_summaries(conn: Connection, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Per toolchain: backend, entry count and bytes (one grouped scan)."""
+    entries = func.count(M.digest).filter(M.kind != KIND_SHARED)
+    query = (select(F.id, F.backend, entries.label("entries"), func.coalesce(func.sum(M.total_size), 0).label("size"))
+             .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id, F.backend).order_by(F.id))
+    if ids is not None:
+        query = query.where(F.id.in_(list(ids)))
+    return [{"id": r.id, "backend": r.backend, "entries": r.entries, "size": int(r.size)} for r in conn.execute(query)]
