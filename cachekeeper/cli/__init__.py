@@ -30,13 +30,18 @@ def cli() -> None:
 def _register() -> None:
     import contextlib
 
-    from . import commands  # noqa: F401  (core commands attach themselves to `cli`)
+    from . import build, commands  # noqa: F401  (core commands attach themselves to `cli`)
 
     # Command groups in their own modules; each imports its heavy libraries lazily.
     from .db import catalog, db
 
     cli.add_command(db)
     cli.add_command(catalog)
+    from .capture import capture
+    cli.add_command(capture)
+    from .inspect import dashboard, diff, explain
+    for command in (diff, explain, dashboard):
+        cli.add_command(command)
     with contextlib.suppress(ImportError):
         from .doctor import doctor
         cli.add_command(doctor)

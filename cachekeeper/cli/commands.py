@@ -83,53 +83,6 @@ def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str,
     return backend, backend.fingerprint(options), options
 
 
-# --- prebuild ----------------------------------------------------------------------------------------
-
-
-@cli.command()
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-@store_option
-@catalog_option
-@click.option("--no-catalog", is_flag=True, help="publish to the store only (no index, no shared queue)")
-@click.option("--backend", "backends", multiple=True, help="only these backends")
-@click.option("--model", "models", multiple=True, help="only these models")
-@click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
-@click.option("--worker", help="worker id in the shared queue (default host:pid)")
-@click.option("--lease", default=600.0, show_default=True, help="seconds a claimed entry stays ours unrenewed")
-@click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
-              help="ed25519 private key (PEM) to sign manifests with [env CACHEKEEPER_SIGNING_KEY]")
-@json_option
-def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, no_catalog: bool,
-             backends: tuple[str, ...], models: tuple[str, ...], only: tuple[str, ...], worker: str | None,
-             lease: float, sign_key: str | None, as_json: bool) -> None:
-    """Compile every entry of CONFIG's matrix for this host's toolchains and publish the caches."""
-    from ..errors import BuildFailed
-    from ..worker.prebuild import Outcome
-    from ..worker.prebuild import prebuild as run
-
-    config = _load_config(config_path)
-    assert config is not None
-    signing_key = None
-    if sign_key:
-        from ..signing import SigningKey
-        signing_key = SigningKey.load(Path(sign_key))
-    store = _store(store_url, config, create=True)
-    catalog = None if no_catalog else _catalog(catalog_url, config)
-
-    def progress(o: Outcome) -> None:
-        _say(f"{o.status:>7}  {o.key[:12]}  {o.label}" + (f"  ({o.seconds:.1f}s)" if o.seconds else ""))
-        if o.status == "failed":
-            _say("         " + o.detail.strip().replace("\n", "\n         ")[-3000:])
-
-    report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
-                 only=set(only) or None, worker=worker, lease_s=lease, progress=progress, signing_key=signing_key)
-    if as_json:
-        click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes]}))
-    _say("prebuild: " + ", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) + f" -> {store.url}")
-    if report.failed:
-        raise BuildFailed(f"{len(report.failed)} of {len(report.outcomes)} entries failed to build")
-
-
 # --- hydrate -----------------------------------------------------------------------------------------
 
 
@@ -179,7 +132,12 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
                  extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
                  require_all=require_all, threads=threads, trusted=_trusted(trusted_keys))
     if as_json:
-        click.echo(json.dumps(report.to_dict()))
+        doc = report.to_dict()
+        if report.missing:   # only on a miss: why, as `cachekeeper explain` says it (store listing, no DB)
+            from ..inspection.explain import explain_misses
+            labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
+            doc["explanations"] = explain_misses(_store(store_url, config), fp, report.missing, labels)
+        click.echo(json.dumps(doc))
     if print_env:
         for var, value in exports.items():
             click.echo(f"export {var}={_shell_quote(value)}")
@@ -388,7 +346,7 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
     if problems and repair:
         for key in repair_store(store, problems):
             click.echo(f"removed  {key}")
-        _say("verify: repaired; `cachekeeper prebuild` rebuilds the removed entries "
+        _say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
              "(and `cachekeeper catalog rebuild` drops their rows)")
     if problems:
         sys.exit(1)
@@ -406,9 +364,13 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
 
     store = _store(store_url, None)
     plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(drop), store.list_info("signatures/"),
-                   min_age=min_age)
+                   min_age=min_age, debris=store.list_debris())
     for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
         click.echo(f"{'delete' if execute else 'would delete'}  {key}")
+    for item in plan.delete_debris:
+        verb = ("abort" if execute else "would abort") if item.kind == "multipart" else \
+            ("delete" if execute else "would delete")
+        click.echo(f"{verb}  {item.key}" + (f"  (unfinished upload {item.upload_id})" if item.upload_id else ""))
     for key in plan.unreadable:
         _say(f"warning: unreadable manifest kept: {key}")
     if execute:
@@ -416,6 +378,9 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
     _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
          f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
          f"{plan.young} unreferenced objects younger than {min_age:.0f}s kept")
+    _say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
+         f"{'removed' if execute else 'to remove'}, {plan.young_debris} younger than {min_age:.0f}s kept"
+         + (f"; {store.debris_note}" if store.debris_note else ""))
 
 
 @cli.command()

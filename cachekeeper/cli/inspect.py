@@ -136,9 +136,9 @@ def _choose_entries(entries: list[PlannedEntry], key: str | None, model: str | N
                     source: str) -> list[PlannedEntry]:
     from ..errors import UsageError
 
-    if key and (model or shape):
+    if key is not None and (model or shape):
         raise UsageError("name the entry by KEY or by --model/--shape, not both")
-    if key:
+    if key is not None:
         found = [e for e in entries if e.spec.key.startswith(key.strip().lower())]
         if len(found) > 1:
             raise UsageError(f"entry key prefix {key!r} matches {len(found)} entries of {source}",
@@ -148,7 +148,7 @@ def _choose_entries(entries: list[PlannedEntry], key: str | None, model: str | N
     else:
         raise UsageError("which entry? pass its KEY, or --model M [--shape HxWxB]")
     if not found:
-        what = f"key {key!r}" if key else f"model {model!r}" + (f" with shape {shape}" if shape else "")
+        what = f"key {key!r}" if key is not None else f"model {model!r}" + (f" with shape {shape}" if shape else "")
         raise UsageError(f"{source} has no entry with {what}", "`cachekeeper validate CONFIG` lists its entries")
     return found
 

@@ -76,8 +76,8 @@ class Explanation:
 def hint(name: str, built: str, host: str) -> str:
     """One line naming the likely cause and the next step."""
     if ABSENT in (built, host):
-        side = "the builders" if host == ABSENT else "this host"
-        return (f"only {side} records {name!r}: a different backend option, env var or cachekeeper release "
+        side = "the builders record" if host == ABSENT else "this host records"
+        return (f"only {side} {name!r}: a different backend option, env var or cachekeeper release "
                 "made the fingerprints; align them or prebuild on a host like this one")
     if name in THREAD_FIELDS:
         if host.startswith("default:"):

@@ -1,0 +1,101 @@
+"""The dashboard's routes: `/` (toolchains, coverage matrix, build queue, recent publishes) and
+`/diff` (two toolchains side by side). GET only; each request is one short read transaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from ..catalog import views
+from ..errors import CatalogError, UsageError
+from ..inspection.diff import plan_diff, resolve_prefix
+from .params import BadQuery, MatrixParams, parse_diff, parse_matrix
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+
+TEMPLATES = Path(__file__).parent / "templates"
+DIFF_LIST_LIMIT = 200
+
+
+def _mb(size: int | float) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def _secs(s: float | None) -> str:
+    return "—" if s is None else (f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m")
+
+
+def create_app(catalog: Catalog) -> Starlette:
+    templates = Jinja2Templates(directory=str(TEMPLATES))
+    templates.env.filters["mb"] = _mb
+    templates.env.filters["secs"] = _secs
+
+    def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        return templates.TemplateResponse(request, name, {"catalog_url": catalog.url, **context},
+                                          status_code=status)
+
+    def index(request: Request) -> Response:
+        q = parse_matrix(request.url.query)
+        with views.reading(catalog) as conn:
+            fps = views.fingerprint_summaries(conn)
+            chosen = _choose(q, fps)
+            matrix = choices = None
+            if chosen is not None:
+                f = views.MatrixFilter(chosen["id"], chosen["backend"], q.model, q.mode, q.dtype, q.status,
+                                       q.page, q.per)
+                matrix = views.matrix(conn, f)
+                choices = views.filter_choices(conn, chosen["backend"])
+            queue = views.queue_view(conn)
+            publishes = views.recent_publishes(conn)
+        return page(request, "index.html", {
+            "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "queue": queue,
+            "publishes": publishes, "statuses": views.STATUSES,
+            "prev_url": _page_url(q, chosen, q.page - 1) if q.page > 1 else None,
+            "next_url": _page_url(q, chosen, q.page + 1) if matrix is not None and matrix.has_next else None})
+
+    def diff(request: Request) -> Response:
+        q = parse_diff(request.url.query)
+        with views.reading(catalog) as conn:
+            ids = [resolve_prefix(p, views.fingerprint_ids(conn, p)) for p in (q.a, q.b)]
+            fa, fb = (views.fingerprint(conn, i) for i in ids)
+            assert fa is not None and fb is not None   # the ids came from the fingerprints table
+            report = plan_diff(fa, fb, views.entries_only_in(conn, fa.id, fb.id),
+                               views.entries_only_in(conn, fb.id, fa.id), workers=q.workers)
+        return page(request, "diff.html", {"d": report, "q": q, "limit": DIFF_LIST_LIMIT})
+
+    def bad_query(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse(f"400 bad request: {exc}\n", status_code=400)
+
+    def not_found(request: Request, exc: Exception) -> Response:
+        message = exc.message if isinstance(exc, UsageError) else str(exc)
+        return PlainTextResponse(f"404 not found: {message}\n", status_code=404)
+
+    def catalog_down(request: Request, exc: Exception) -> Response:
+        message = exc.message if isinstance(exc, CatalogError) else str(exc)
+        return PlainTextResponse(f"503 catalog unavailable: {message}\n", status_code=503)
+
+    return Starlette(
+        routes=[Route("/", index), Route("/diff", diff)],
+        exception_handlers={BadQuery: bad_query, UsageError: not_found, CatalogError: catalog_down})
+
+
+def _choose(q: MatrixParams, fps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The toolchain the matrix shows: the one asked for (an unknown id is a 404), else the fullest."""
+    if q.fp is not None:
+        chosen_id = resolve_prefix(q.fp, [f["id"] for f in fps])
+        return next(f for f in fps if f["id"] == chosen_id)
+    return max(fps, key=lambda f: (f["entries"], f["id"]), default=None)
+
+
+def _page_url(q: MatrixParams, chosen: dict[str, Any] | None, page: int) -> str:
+    params = {"fp": chosen["id"] if chosen else None, "model": q.model, "mode": q.mode, "dtype": q.dtype,
+              "status": q.status, "per": q.per if q.per != 50 else None, "page": page}
+    return "?" + urlencode({k: v for k, v in params.items() if v is not None})
