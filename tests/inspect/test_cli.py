@@ -79,7 +79,8 @@ def test_diff_of_two_fingerprints_prints_fields_entries_and_rebuild_cost(world: 
 def test_diff_host_against_a_fingerprint_and_a_what_if_upgrade(world: World) -> None:
     host = json.loads(world.run("diff", "--host", OTHER.id, "--json").stdout)
     assert host["a"]["id"] == HOST.id and [e["key"] for e in host["only_a"]] == [world.tiny128.key]
-    what_if = json.loads(world.run("diff", "--set", "toolchain=9", "--backend", "fake", "--workers", "2", "--json").stdout)
+    what_if = json.loads(world.run("diff", "--set", "toolchain=9", "--backend", "fake", "--workers", "2",
+                                   "--json").stdout)
     assert what_if["b"]["id"] == Fingerprint.of("fake", {"toolchain": "9"}).id
     assert {e["key"] for e in what_if["only_a"]} == {world.tiny64.key, world.tiny128.key}
     cost = what_if["rebuild_for_b"]
