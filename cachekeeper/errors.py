@@ -123,3 +123,19 @@ class DestinationError(CachekeeperError):
 class LockBusy(CachekeeperError):
     exit_code = 10
     hint = "another cachekeeper process holds the lock; wait for it or pass a longer --lock-timeout"
+
+
+# --- runtime-miss capture --------------------------------------------------------------------------
+
+
+class CaptureError(CachekeeperError):
+    """A dest capture cannot work on (never hydrated) or files the runtime is still writing."""
+
+    exit_code = 12
+    hint = "run `cachekeeper hydrate --dest DIR` first, and capture the same DIR"
+
+
+class StoreWriteDenied(StoreAuthError):
+    """The store answers reads but refuses writes; the message names the permission a writer needs."""
+
+    hint = "grant this host write access to the store (blobs/, signatures/, manifests/)"

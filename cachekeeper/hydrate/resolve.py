@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UsageError
+from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
-from ..manifest import KIND_ENTRY, Manifest, manifest_key, manifest_prefix
+from ..manifest import KIND_CAPTURED, KIND_ENTRY, Manifest, captured_prefix, manifest_key, manifest_prefix
 from ..stores.base import Store
 
 if TYPE_CHECKING:
@@ -73,8 +73,9 @@ def require_toolchain(m: Manifest, local: Fingerprint) -> None:
 def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None,
                  trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
     """Every entry manifest published for this toolchain (optionally only some models)."""
-    names = [k.rsplit("/", 1)[-1].removesuffix(".json") for k in store.list(manifest_prefix(fingerprint.id))
-             if k.endswith(".json")]
+    prefix = manifest_prefix(fingerprint.id)
+    names = [k.removeprefix(prefix).removesuffix(".json") for k in store.list(prefix)
+             if k.endswith(".json") and "/" not in k.removeprefix(prefix)]  # captured/ sets: list_captured
     found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names], trusted)
     entries = [m for m in found if m.kind == KIND_ENTRY]
     if models:
@@ -84,11 +85,36 @@ def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None
 
 def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest],
                 trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
-    """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error)."""
+    """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error),
+    then the captured sets that extended any of them (runtime compiles serving hosts wrote back)."""
     have = {m.name for m in manifests}
     needed = sorted({r for m in manifests for r in m.requires} - have)
     shared, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in needed], trusted)
-    return manifests + shared
+    captured = [m for m in list_captured(store, fingerprint, have, trusted) if m.name not in have]
+    return manifests + shared + captured
+
+
+def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
+                  trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
+    """Captured sets of this toolchain whose host had hydrated any of `extends`. They come after the
+    prebuilt manifests (a path both name keeps the prebuilt bytes), and one that is unreadable, of
+    another toolchain or not signed by a trusted key is skipped: a miss, never a failed boot."""
+    from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
+
+    prefix = manifest_prefix(fingerprint.id)
+    names = sorted(k.removeprefix(prefix).removesuffix(".json") for k in store.list(captured_prefix(fingerprint.id))
+                   if k.endswith(".json"))
+
+    def get(name: str) -> Manifest | None:
+        try:
+            return _get(store, fingerprint.id, Pin(name), trusted)
+        except (IntegrityError, ManifestError, UnsafePath):
+            return None
+
+    with ThreadPoolExecutor(16) as pool:
+        found = [m for m in pool.map(get, names) if m is not None]
+    return [m for m in found if m.kind == KIND_CAPTURED and m.fingerprint.id == fingerprint.id
+            and extends & set((m.provenance or {}).get("extends", ()))]
 
 
 def other_toolchains(store: Store, backend: str, local: Fingerprint, limit: int = 3) -> list[str]:

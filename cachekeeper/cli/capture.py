@@ -1,0 +1,117 @@
+"""`cachekeeper capture`: list (and publish) what the serving runtime compiled into a hydrated dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from .commands import _catalog, _load_config, _local_toolchain, _say, _store, catalog_option, json_option, store_option
+
+if TYPE_CHECKING:
+    from ..capture import CaptureReport
+
+
+@click.command()
+@click.option("--dest", required=True, type=click.Path(file_okay=False), help="the hydrated cache dir to look at")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="the config hydrate used (options)")
+@click.option("--backend", help="backend (default: the one the dest was hydrated for)")
+@click.option("--device", help="device the inference runs on, for the fingerprint (as hydrate)")
+@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option (as hydrate)")
+@click.option("--publish", is_flag=True, help="publish the new files as a captured set for this toolchain")
+@store_option
+@catalog_option
+@click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
+              help="ed25519 private key (PEM) to sign the captured manifest [env CACHEKEEPER_SIGNING_KEY]")
+@click.option("--watch", type=float, metavar="SECONDS", help="publish every SECONDS until stopped (then once more)")
+@click.option("--settle", default=2.0, show_default=True, metavar="SECONDS",
+              help="a file counts as complete once its size and mtime held this long")
+@click.option("--lock-timeout", default=10.0, show_default=True, metavar="SECONDS")
+@click.option("--nice", default=10, show_default=True, help="CPU niceness, so capture never competes with the server")
+@json_option
+def capture(dest: str, config_path: str | None, backend: str | None, device: str | None, pairs: tuple[str, ...],
+            publish: bool, store_url: str | None, catalog_url: str | None, sign_key: str | None,
+            watch: float | None, settle: float, lock_timeout: float, nice: int, as_json: bool) -> None:
+    """List the files the runtime added to a hydrated DEST since hydrate (those its state file does not
+    name); with --publish, write them back as a captured set that the next hydrate on a host of this
+    toolchain includes."""
+    from ..capture import capture as run
+    from ..capture import never_hydrated
+    from ..errors import UsageError
+    from ..hydrate.state import load_state
+
+    if watch is not None and (watch <= 0 or not publish):
+        raise UsageError("--watch needs --publish and a positive number of seconds")
+    if nice:
+        os.nice(nice)
+    config = _load_config(config_path)
+    state = load_state(Path(dest)) if Path(dest).is_dir() else None
+    if state is None:
+        raise never_hydrated(Path(dest))
+    be, fp, _ = _local_toolchain(config, backend or state.backend, pairs, device)
+    signing_key = None
+    if publish and sign_key:
+        from ..signing import SigningKey
+        signing_key = SigningKey.load(Path(sign_key))
+    catalog_fn = (lambda: _catalog(catalog_url, config)) if publish and catalog_url else None
+
+    def once() -> CaptureReport:
+        return run(Path(dest), fp, be.include, open_store=(lambda: _store(store_url, config)) if publish else None,
+                   settle_s=settle, lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
+
+    if watch is None:
+        _show(once(), publish, as_json)
+        return
+    _watch(once, watch, as_json)
+
+
+def _show(report: CaptureReport, published: bool, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+    elif not published:
+        for path in report.files:
+            click.echo(path)
+    for path in report.refused:
+        _say(f"warning: refused symlink {report.dest / path} (capture never follows or publishes links)")
+    if report.error:
+        _say(f"warning: {report.error}")
+    if published:
+        what = (f"{len(report.files)} files -> {report.manifest}"
+                + ("" if report.created or not report.manifest else " (another host published it first)")
+                if report.files else "nothing new")
+        _say(f"capture: {what}; {report.placed} placed by hydrate ({report.seconds:.2f}s)")
+    else:
+        _say(f"capture: {len(report.files)} new files, {len(report.writing)} still being written, "
+             f"{report.placed} placed by hydrate -> {report.dest}")
+
+
+def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> None:
+    """Publish every `every` seconds; a failed round (store down, files in flight) keeps its list for the
+    next one. SIGTERM (pod or unit stopping) ends the wait early and runs one last round."""
+    from ..errors import CaptureError, StoreError
+
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        deadline = time.monotonic() + every
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(min(0.2, every))
+        try:
+            _show(once(), True, as_json)
+        except (StoreError, CaptureError) as exc:  # store down, files in flight: the next round retries
+            _say(f"warning: {exc.message}; kept for the next round")
+        if stopping:
+            return

@@ -1,0 +1,197 @@
+"""`cachekeeper capture` through the real command: what it lists, what it publishes, what it refuses.
+
+Fake backend and a file store (a few seconds in all); the Inductor and simulated-Neuron loops are in
+tests/test_inductor_loop.py and tests/capture/test_neuron_eager.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import World, one_error, runtime_writes
+
+
+def test_capture_lists_only_complete_files_the_runtime_added(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"compiled at runtime")
+    (dest / "new" / ".b.neff.99.tmp").write_bytes(b"half")          # a runtime temp, not yet renamed
+    (dest / "new" / "b.lock").write_bytes(b"")                     # the backend's include() drops locks
+    os.utime(dest / "00" / "k0.neff")                              # the runtime touched a placed file
+    (dest / "link.neff").symlink_to("/etc/hostname")               # never followed, never published
+
+    proc = world.capture(dest)
+    assert proc.stdout.splitlines() == ["new/a.neff"]
+    assert "refused symlink" in proc.stderr and str(dest / "link.neff") in proc.stderr
+    assert world.captured_keys() == [], "without --publish nothing is written"
+
+
+def test_a_published_set_is_hydrated_by_the_next_host_and_is_not_captured_twice(world: World) -> None:
+    d1, d2 = world.tmp / "d1", world.tmp / "d2"
+    world.hydrate(d1)
+    runtime_writes(d1, "new/a.neff", b"shape B graph")
+    report = json.loads(world.capture(d1, "--publish", "--json").stdout)
+    assert report["files"] == ["new/a.neff"] and report["created"] is True
+    assert report["counts"]["captured"] == 1 and report["counts"]["placed"] == 3
+
+    [key] = world.captured_keys()
+    doc = json.loads((world.store_dir / key).read_text())
+    assert doc["kind"] == "captured" and doc["schema"] == 2 and doc["name"] == report["manifest"]
+    assert set(doc["provenance"]) == {"host", "time", "state", "extends"}
+    assert doc["provenance"]["extends"] == [world.spec.key]
+
+    hydrated = world.hydrate(d2)
+    assert report["manifest"] in hydrated["manifests"]  # type: ignore[operator]
+    assert (d2 / "new" / "a.neff").read_bytes() == b"shape B graph"
+    assert world.capture(d2).stdout == "", "what hydrate placed is never captured again"
+    again = world.capture(d1, "--publish", "--json")
+    assert json.loads(again.stdout)["files"] == [] and world.captured_keys() == [key]
+
+
+def test_hosts_that_capture_the_same_new_graph_converge_on_the_first_publish(world: World) -> None:
+    hosts = [world.tmp / "h1", world.tmp / "h2"]
+    for i, dest in enumerate(hosts):
+        world.hydrate(dest)
+        runtime_writes(dest, "new/g.neff", f"bytes from host {i}".encode())  # same path, other bytes
+    first = json.loads(world.capture(hosts[0], "--publish", "--json").stdout)
+    second = json.loads(world.capture(hosts[1], "--publish", "--json").stdout)
+    assert first["manifest"] == second["manifest"] and first["created"] and not second["created"]
+    assert len(world.captured_keys()) == 1
+    world.hydrate(world.tmp / "h3")
+    assert (world.tmp / "h3" / "new" / "g.neff").read_bytes() == b"bytes from host 0"
+
+
+def test_a_dest_that_was_never_hydrated_is_refused(world: World) -> None:
+    (world.tmp / "empty").mkdir()
+    for dest in (world.tmp / "empty", world.tmp / "absent"):
+        proc = world.capture(dest, "--publish", ok=False)
+        assert proc.returncode == 12 and "was never hydrated" in one_error(proc)
+
+
+def test_a_dest_hydrated_for_another_toolchain_is_refused(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"x")
+    proc = world.capture(dest, "--publish", ok=False, FAKE_TOOLCHAIN="2")
+    assert proc.returncode == 6 and "was hydrated for toolchain" in one_error(proc)
+    assert world.captured_keys() == []
+
+
+def test_files_still_being_written_publish_nothing(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/done.neff", b"complete")
+    growing = dest / "new" / "growing.neff"
+    stop = threading.Event()
+
+    def writer() -> None:  # a runtime writing in place, in small pieces
+        with open(growing, "ab") as f:
+            while not stop.is_set():
+                f.write(b"x" * 100)
+                f.flush()
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.1)
+        proc = world.run("capture", "--dest", str(dest), "--publish", "--settle", "0.5", ok=False)
+    finally:
+        stop.set()
+        thread.join()
+    assert proc.returncode == 12 and "still being written (e.g. new/growing.neff)" in one_error(proc)
+    assert world.captured_keys() == [], "the complete file waits too: nothing is published half-way"
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    proc = subprocess.run(["chattr", "-R", flag, str(path)], capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def test_a_store_without_write_permission_names_the_missing_permission_and_keeps_the_list(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"x" * 5000)
+    if shutil.which("chattr") is None or not _chattr("+i", world.store_dir):
+        pytest.skip("this filesystem has no immutable flag (chattr +i), and root ignores mode bits")
+    try:
+        proc = world.capture(dest, "--publish", ok=False)
+    finally:
+        assert _chattr("-i", world.store_dir)
+    line = one_error(proc)
+    assert proc.returncode == 3 and "refused a write" in line and world.store_url in line
+    assert "write access to the store directory" in proc.stderr
+    assert world.captured_keys() == []
+    journal = json.loads((dest / ".cachekeeper" / "capture.json").read_text())
+    assert journal["pending"] == ["new/a.neff"] and journal["last_error"]
+
+    retried = json.loads(world.capture(dest, "--publish", "--json").stdout)
+    assert retried["files"] == ["new/a.neff"] and len(world.captured_keys()) == 1
+
+
+def test_an_unreachable_store_fails_fast_and_the_next_run_publishes(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"x")
+    t0 = time.monotonic()
+    proc = world.capture(dest, "--publish", "--store", "s3://bucket/ck", ok=False,
+                         AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_ACCESS_KEY_ID="k", AWS_SECRET_ACCESS_KEY="s",
+                         AWS_DEFAULT_REGION="us-east-1")
+    assert proc.returncode == 3 and one_error(proc)
+    assert time.monotonic() - t0 < 30
+    assert json.loads((dest / ".cachekeeper" / "capture.json").read_text())["pending"] == ["new/a.neff"]
+    assert json.loads(world.capture(dest, "--publish", "--json").stdout)["manifest"]
+
+
+def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> None:
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "capture", "--dest", str(dest), "--publish",
+                             "--watch", "0.2", "--settle", "0.05", "--nice", "0"], env=world.vars, cwd=world.tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        runtime_writes(dest, "new/first.neff", b"1")
+        deadline = time.monotonic() + 30
+        while not world.captured_keys() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(world.captured_keys()) == 1, "a round published the first file"
+        runtime_writes(dest, "new/second.neff", b"2")
+        proc.send_signal(signal.SIGTERM)  # the pod or unit stops: one last round, then exit
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert len(world.captured_keys()) == 2
+
+
+def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(world: World) -> None:
+    key = world.tmp / "signing.pem"
+    public = world.run("keygen", "-o", str(key)).stdout.strip()
+    # The prebuilt entry must be signed too for a trusted hydrate: sign it by republishing under the key.
+    for p in (world.store_dir / "manifests").rglob("*.json"):
+        from cachekeeper.signing import SigningKey, publish_signature
+        from cachekeeper.stores.file import FileStore
+        publish_signature(FileStore(world.store_dir), SigningKey.load(key), p.read_bytes())
+    signed, unsigned = world.tmp / "s", world.tmp / "u"
+    for dest in (signed, unsigned):
+        world.hydrate(dest)
+    runtime_writes(signed, "new/signed.neff", b"s")
+    runtime_writes(unsigned, "new/unsigned.neff", b"u")
+    world.capture(signed, "--publish", "--sign-key", str(key))
+    world.capture(unsigned, "--publish")
+
+    report = world.hydrate(world.tmp / "trusting", "--trusted-key", public)
+    assert (world.tmp / "trusting" / "new" / "signed.neff").exists()
+    assert not (world.tmp / "trusting" / "new" / "unsigned.neff").exists()
+    assert sum(str(m).startswith("captured/") for m in report["manifests"]) == 1  # type: ignore[attr-defined]
