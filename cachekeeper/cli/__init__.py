@@ -39,8 +39,6 @@ def _register() -> None:
     cli.add_command(catalog)
     from .capture import capture
     cli.add_command(capture)
-    from .capture import capture
-    cli.add_command(capture)
     from .inspect import dashboard, diff, explain
     for command in (diff, explain, dashboard):
         cli.add_command(command)
