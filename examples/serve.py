@@ -25,7 +25,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="time the first compiled call of a diffusers component")
     ap.add_argument("model", help="local diffusers folder (pipeline layout) or component folder")
     ap.add_argument("--component", default="transformer")
-    ap.add_argument("--mode", default="full", choices=["full", "repeated_blocks"])
+    ap.add_argument("--mode", default="full", choices=["full", "repeated_blocks", "aot"],
+                    help="aot: precompiled functions of the hydrated dir via cachekeeper.runtime")
     ap.add_argument("--height", type=int, default=64)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1)
@@ -35,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cache-dir", help="TORCHINDUCTOR_CACHE_DIR for this process")
     ap.add_argument("--mega-cache-load", metavar="FILE", help="torch.compiler.load_cache_artifacts(FILE) first")
     ap.add_argument("--mega-cache-save", metavar="FILE", help="torch.compiler.save_cache_artifacts() after")
+    ap.add_argument("--compare-eager", action="store_true", help="also report max |compiled - eager|")
     return ap.parse_args(argv)
 
 
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(args.cache_dir)
 
     import torch
+    from torch._dynamo.utils import counters as dynamo_counters
 
     from cachekeeper.backends._common import load_component
     from cachekeeper.backends.base import ModelRef
@@ -64,9 +67,23 @@ def main(argv: list[str] | None = None) -> None:
     t = time.perf_counter()
     model = load_component(ref, args.dtype).to(args.device)
     load_s = time.perf_counter() - t
-    compiled = build.compile_model(model, args.mode, {})
+    helper: dict[str, object] = {}
+    if args.mode == "aot":  # precompiled functions, else torch.compile as the prebuild did
+        from cachekeeper.runtime import compile_component
+
+        compiled = compile_component(model)
+    else:
+        compiled = build.compile_model(model, args.mode, {})
     inputs = build_inputs(model, ref, Shape(args.height, args.width, args.batch), args.dtype, args.device)
     first_call_s = build.first_call(compiled, inputs, args.device)
+    if args.mode == "aot":
+        helper = {"precompiled_calls": compiled.stats.precompiled_calls,
+                  "fallback_calls": compiled.stats.fallback_calls, "fallbacks": compiled.stats.fallbacks}
+    if args.compare_eager:
+        from cachekeeper.backends.inductor.aot import max_abs_diff
+
+        with torch.no_grad():
+            helper["max_abs_diff"] = max_abs_diff(compiled(**inputs), model(**inputs))
 
     if args.mega_cache_save:
         saved = torch.compiler.save_cache_artifacts()
@@ -83,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         "mega_cache_load_s": round(mega_load_s, 3),
         **build.breakdown(build.phase_times()),
         **build.counters(),
+        **helper,
+        "dynamo_frames": int(dynamo_counters["frames"]["total"]),
         "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""),
     }), flush=True)
 

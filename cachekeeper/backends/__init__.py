@@ -18,11 +18,21 @@ REGISTRY: dict[str, str] = {
 
 # Compile modes each backend supports (config validation reads this without importing backends).
 MODES: dict[str, tuple[str, ...]] = {
-    "inductor": ("full", "repeated_blocks"),
+    "inductor": ("full", "repeated_blocks", "aot"),
     "neuron": ("eager", "full", "repeated_blocks"),
     "neuron_xla": ("full",),
     "tpu": ("eager", "defer_and_fuse", "full", "repeated_blocks"),
 }
+
+
+def mode_key_options(mode: str) -> dict[str, str]:
+    """Entry-key options a compile mode adds (light: no backend runtime imported). Inductor's `aot`
+    functions embed the model's bytecode, so the installed diffusers build is part of what they are for."""
+    if mode != "aot":
+        return {}
+    from .inductor.aot import key_options
+
+    return dict(key_options())
 
 
 def registry() -> dict[str, str]:

@@ -38,6 +38,9 @@ class ModelRef:
     pipeline: bool = False           # warm up the whole pipeline instead of the component
     tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
     guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
+    warmup: str = ""                 # "pipeline" | "component"; "" = by mode (spec.default_warmup)
+    max_sequence_length: int = 0     # the prompt padding length of the pipeline call; 0 = the pipeline's default
+    offload: str = ""                # "model" | "sequential" CPU offload of a pipeline warm-up; "" = on the device
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

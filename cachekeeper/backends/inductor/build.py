@@ -26,6 +26,7 @@ from ...errors import BuildFailed
 from ...warmup import build_inputs
 from .._common import build_main, load_component
 from ..base import BuildJob
+from . import aot
 
 COUNTERS = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
@@ -54,7 +55,7 @@ def compile_model(model: Any, mode: str, options: Mapping[str, str]) -> Any:
     if mode == "repeated_blocks":
         model.compile_repeated_blocks(**kwargs)
         return model
-    raise BuildFailed(f"inductor has no compile mode {mode!r}", "use full or repeated_blocks")
+    raise BuildFailed(f"inductor has no compile mode {mode!r}", "use full, repeated_blocks or aot")
 
 
 def counters() -> dict[str, int]:
@@ -103,10 +104,16 @@ def run(job: BuildJob) -> dict[str, Any]:
                           "set pipeline: false and tensor_parallel: 1 for inductor entries")
     model = load_component(job.model, job.spec.dtype).to(device)
     t_load = time.perf_counter() - t1
-    compiled = compile_model(model, job.spec.mode, job.options)
     inputs = build_inputs(model, job.model, job.spec.shape, job.spec.dtype, device, job.options)
-    t_first = first_call(compiled, inputs, device)
+    aot_result: dict[str, Any] = {}
+    if job.spec.mode == aot.MODE:  # a precompiled function, saved into the cache root (aot.py)
+        t1 = time.perf_counter()
+        aot_result = aot.prebuild(job, model, inputs)
+        t_first = time.perf_counter() - t1
+    else:
+        t_first = first_call(compile_model(model, job.spec.mode, job.options), inputs, device)
     return {
+        **aot_result,
         "ok": True,
         "entry": job.spec.key,
         "torch": torch.__version__,
