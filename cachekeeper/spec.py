@@ -15,6 +15,32 @@ from . import canonical
 
 SPEC_VERSION = 1
 
+# Modes in which every op compiles as it first runs: only a whole-pipeline warm-up leaves nothing for boot.
+EAGER_MODES = frozenset({"eager", "defer_and_fuse"})
+WARMUPS = ("pipeline", "component")
+OFFLOADS = ("model", "sequential")
+# Entry options a pipeline call adds to the key (they change compiled graphs; prompt text, steps, seed do not).
+PIPELINE_KEY_OPTIONS = ("warmup", "guidance", "max_sequence_length", "offload")
+
+
+def default_warmup(mode: str) -> str:
+    """`pipeline` for eager modes (the text encoders, VAE and scheduler compile too), else `component`."""
+    return "pipeline" if mode in EAGER_MODES else "component"
+
+
+def warmup_options(warmup: str, *, guidance: bool, max_sequence_length: int, offload: str) -> dict[str, str]:
+    """The key options of a warm-up. A component warm-up without a sequence length adds none, so keys made
+    before pipeline warm-ups existed stay valid (its batch already carries guidance)."""
+    out: dict[str, str] = {}
+    if max_sequence_length:
+        out["max_sequence_length"] = str(max_sequence_length)
+    if warmup == "pipeline":
+        out["warmup"] = "pipeline"
+        out["guidance"] = "on" if guidance else "off"
+        if offload:
+            out["offload"] = offload
+    return out
+
 
 @dataclass(frozen=True, order=True)
 class Shape:

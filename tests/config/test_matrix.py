@@ -24,12 +24,13 @@ def test_example_expands_to_the_product_in_file_then_sorted_order() -> None:
         "tiny-flux/transformer inductor:full 64x64x2 float32",
         "tiny-flux/transformer inductor:full 128x64x1 float32",
         "tiny-flux/transformer inductor:full 128x64x2 float32",
-        "flux-dev/transformer neuron:eager 768x1360x4 bfloat16,tp=2",
-        "flux-dev/transformer neuron:eager 1024x1024x2 bfloat16,tp=2",
+        # eager modes warm up the whole pipeline by default (issue 7): that is in the key
+        "flux-dev/transformer neuron:eager 768x1360x4 bfloat16,guidance=on,tp=2,warmup=pipeline",
+        "flux-dev/transformer neuron:eager 1024x1024x2 bfloat16,guidance=on,tp=2,warmup=pipeline",
         "flux-dev/transformer neuron:full 768x1360x4 bfloat16,tp=2",
         "flux-dev/transformer neuron:full 1024x1024x2 bfloat16,tp=2",
-        "flux-dev/transformer tpu:defer_and_fuse 768x1360x4 bfloat16,tp=2",
-        "flux-dev/transformer tpu:defer_and_fuse 1024x1024x2 bfloat16,tp=2",
+        "flux-dev/transformer tpu:defer_and_fuse 768x1360x4 bfloat16,guidance=on,tp=2,warmup=pipeline",
+        "flux-dev/transformer tpu:defer_and_fuse 1024x1024x2 bfloat16,guidance=on,tp=2,warmup=pipeline",
     ]
 
 
@@ -42,7 +43,7 @@ def test_example_entries_carry_full_specs_and_model_refs() -> None:
     )
     assert last.spec == EntrySpec(model="flux-dev", component="transformer", backend="tpu", mode="defer_and_fuse",
                                   shape=Shape(1024, 1024, 2), dtype="bfloat16", revision="0123456",
-                                  options=(("tp", "2"),))
+                                  options=(("guidance", "on"), ("tp", "2"), ("warmup", "pipeline")))
     assert last.model == ModelRef(name="flux-dev", component="transformer", hub="black-forest-labs/FLUX.1-dev",
                                   revision="0123456", tensor_parallel=2, guidance=True)
 
@@ -90,8 +91,8 @@ def test_model_settings_are_passed_to_the_model_ref() -> None:
 def test_per_model_values_replace_the_defaults() -> None:
     config = parse(minimal("    backends: [tpu]\n    modes: [eager]\n    dtypes: [bfloat16, float16]\n"
                            "    shapes: ['128x64x3']\n"))
-    assert labels(config.entries()) == ["m/transformer tpu:eager 128x64x3 bfloat16",
-                                        "m/transformer tpu:eager 128x64x3 float16"]
+    assert labels(config.entries()) == ["m/transformer tpu:eager 128x64x3 bfloat16,guidance=off,warmup=pipeline",
+                                        "m/transformer tpu:eager 128x64x3 float16,guidance=off,warmup=pipeline"]
 
 
 def test_explicit_shapes_accept_mappings_and_strings_with_batch_defaulting_to_one() -> None:
@@ -107,7 +108,7 @@ def test_product_shapes_accept_single_values_and_default_batch_to_one() -> None:
 
 def test_a_single_value_counts_as_a_one_item_list() -> None:
     config = parse(minimal("    backends: neuron\n    modes: eager\n    dtypes: bfloat16\n"))
-    assert labels(config.entries()) == ["m/transformer neuron:eager 64x64x1 bfloat16"]
+    assert labels(config.entries()) == ["m/transformer neuron:eager 64x64x1 bfloat16,guidance=off,warmup=pipeline"]
 
 
 def test_guidance_doubles_the_compiled_batch() -> None:
@@ -137,7 +138,7 @@ def test_per_backend_modes_apply_to_their_backend_only() -> None:
     config = parse(minimal("    backends: [inductor, neuron]\n"
                            "    modes: {inductor: [repeated_blocks], neuron: [eager], tpu: [eager]}\n"))
     assert labels(config.entries()) == ["m/transformer inductor:repeated_blocks 64x64x1 float32",
-                                        "m/transformer neuron:eager 64x64x1 float32"]
+                                        "m/transformer neuron:eager 64x64x1 float32,guidance=off,warmup=pipeline"]
     assert config.models[0].modes == ("eager", "repeated_blocks")
 
 
