@@ -27,10 +27,10 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .backends import modes_for, registry
+from .backends import mode_key_options, modes_for, registry
 from .backends.base import ModelRef
 from .errors import ConfigError
-from .spec import EntrySpec, Shape
+from .spec import OFFLOADS, WARMUPS, EntrySpec, Shape, default_warmup, warmup_options
 
 CONFIG_VERSION = 1
 DTYPES = ("bfloat16", "float16", "float32")
@@ -43,7 +43,9 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "defaults", "backend_option
 _BUILD_KEYS = ("timeout", "workers")
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "pipeline", "tensor_parallel",
-               "guidance", *_MATRIX_KEYS)
+               "guidance", "warmup", "max_sequence_length", "offload", *_MATRIX_KEYS)
+# Backends whose runtimes cannot run a pipeline with CPU offload (their graphs live on the device).
+_NO_OFFLOAD = ("neuron", "neuron_xla")
 _SHAPE_KEYS = ("height", "width", "batch")
 # Spellings people bring from other tools; suggested, never accepted, so keys have one spelling.
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
@@ -88,17 +90,26 @@ class ModelMatrix:
             return self.shapes
         return tuple(Shape(s.height, s.width, 2 * s.batch) for s in self.shapes)
 
-    def options(self) -> tuple[tuple[str, str], ...]:
+    def warmup_for(self, mode: str) -> str:
+        m = self.model
+        return m.warmup or ("pipeline" if m.pipeline else default_warmup(mode))
+
+    def options(self, mode: str = "full") -> tuple[tuple[str, str], ...]:
         """Graph-changing options that go into the entry key (sorted, as EntrySpec wants)."""
-        tp = self.model.tensor_parallel
-        return (("tp", str(tp)),) if tp > 1 else ()
+        m = self.model
+        out = warmup_options(self.warmup_for(mode), guidance=self.guidance,
+                             max_sequence_length=m.max_sequence_length, offload=m.offload)
+        if m.tensor_parallel > 1:
+            out["tp"] = str(m.tensor_parallel)
+        out.update(mode_key_options(mode))
+        return tuple(sorted(out.items()))
 
     def entries(self) -> list[PlannedEntry]:
         """backend, mode, dtype, shape: each sorted, so the order is the same in every process."""
         m = self.model
         return [
             PlannedEntry(EntrySpec(model=m.name, component=m.component, backend=backend, mode=mode, shape=shape,
-                                   dtype=dtype, revision=m.revision, options=self.options()),
+                                   dtype=dtype, revision=m.revision, options=self.options(mode)),
                          m)
             for backend in sorted(self.backends)
             for mode in sorted(self.modes_for(backend))
@@ -599,8 +610,11 @@ class _Parser:
             if "tensor_parallel" in fields else 1,
             guidance=self.boolean(fields["guidance"][1], f"{where} guidance") if "guidance" in fields else False,
         )
+        warmup, max_len, offload = self.warmup_fields(fields, where)
+        ref = dataclasses.replace(ref, warmup=warmup, max_sequence_length=max_len, offload=offload)
         matrix = self.matrix(fields, f"{where} ").over(defaults)
         backends, backend_modes, dtypes, shapes = self.resolve(matrix, name, _line(name_node))
+        self.check_offload(fields, ref, backends, where)
         return ModelMatrix(
             model=ref, backends=backends, modes=tuple(sorted({m for _, ms in backend_modes for m in ms})),
             dtypes=dtypes, shapes=shapes, backend_modes=backend_modes,
@@ -623,6 +637,34 @@ class _Parser:
             raise self.error(at, f"{where} from the hub needs a revision (a commit sha or tag) so its keys pin "
                                  "the weights")
         return None, hub, revision
+
+    def warmup_fields(self, fields: _Fields, where: str) -> tuple[str, int, str]:
+        """(warmup, max_sequence_length, offload): how the build calls the pipeline; "" / 0 when unset."""
+        chosen = {key: self.choice(fields, key, allowed, where) for key, allowed in (("warmup", WARMUPS),
+                                                                                     ("offload", OFFLOADS))}
+        max_len = self.integer(fields["max_sequence_length"][1], f"{where} max_sequence_length") \
+            if "max_sequence_length" in fields else 0
+        return chosen["warmup"], max_len, chosen["offload"]
+
+    def choice(self, fields: _Fields, key: str, allowed: tuple[str, ...], where: str) -> str:
+        if key not in fields:
+            return ""
+        value = self.string(fields[key][1], f"{where} {key}")
+        if value not in allowed:
+            raise self.error(fields[key][1], f"{where} {key} must be {' or '.join(allowed)}, not {value!r}"
+                                             f"{_did_you_mean(value, allowed)}")
+        return value
+
+    def check_offload(self, fields: _Fields, ref: ModelRef, backends: Sequence[str], where: str) -> None:
+        if not ref.offload:
+            return
+        at = fields["offload"][1]
+        if ref.warmup == "component":
+            raise self.error(at, f"{where} offload applies to a pipeline warm-up; set warmup: pipeline or drop offload")
+        for backend in backends:
+            if backend in _NO_OFFLOAD:
+                raise self.error(at, f"{where} offload: backend {backend!r} cannot offload to the CPU "
+                                     f"(its graphs run on the device); drop offload or the {backend} backend")
 
     def revision(self, node: Node, where: str) -> str:
         # the source text, so a sha like 0123456 is not read as an octal number

@@ -101,6 +101,19 @@ def is_pin(option: str) -> bool:
     return option.endswith(PIN_SUFFIX)
 
 
+def pinned_versions(options: Mapping[str, str]) -> dict[str, str | None]:
+    """Installed versions of every distribution the options pin (`torch_version`, `diffusers_version`,
+    `pytorch_triton_version`), by the name `pin_option` maps back to the option; None if not installed."""
+    out: dict[str, str | None] = {}
+    for option in filter(is_pin, options):
+        base = option.removesuffix(PIN_SUFFIX)
+        names = (base, base.replace("_", "-"), base.replace("_", "."))
+        found = next(((n, v) for n in names if (v := dist_version(n)) is not None), None)
+        name, version = found if found else (names[1], None)
+        out[name] = version
+    return out
+
+
 # --- light: env knobs --------------------------------------------------------------------------------
 
 
@@ -254,9 +267,6 @@ def load_component(ref: ModelRef, dtype: str) -> Any:
     from diffusers import AutoModel
 
     auto: Any = AutoModel  # diffusers is untyped
-    if ref.pipeline:
-        raise BuildFailed(f"{ref.name}: whole-pipeline warm-up is not supported on this backend",
-                          "warm up the component (pipeline: false)")
     kwargs: dict[str, Any] = {"torch_dtype": torch_dtype(dtype)}
     if ref.path:
         source: str = ref.path
@@ -274,6 +284,24 @@ def load_component(ref: ModelRef, dtype: str) -> Any:
     except (OSError, ValueError) as exc:
         raise BuildFailed(f"{ref.name}: cannot load {ref.component} from {source}: {exc}") from None
     return model.eval().requires_grad_(False)
+
+
+def component_and_inputs(job: BuildJob, device: str) -> tuple[Any, dict[str, Any]]:
+    """The component on CPU and its warm-up keyword arguments on `device`: captured from one pipeline call
+    when the model is a pipeline (and `inputs` is auto), else from the family's input builder (a component
+    shipped without its pipeline)."""
+    from ..pipeline_warmup import captured_component, has_pipeline, to_device
+    from ..warmup import build_inputs
+
+    ref = job.model
+    if ref.inputs == "auto" and has_pipeline(ref):
+        model, inputs = captured_component(ref, job.spec, torch_dtype(job.spec.dtype))
+        return model, to_device(inputs, device)
+    model = load_component(ref, job.spec.dtype)
+    options = dict(job.options)
+    if ref.max_sequence_length:
+        options["text_len"] = str(ref.max_sequence_length)
+    return model, build_inputs(model, ref, job.spec.shape, job.spec.dtype, device, options)
 
 
 def world() -> tuple[int, int]:
@@ -330,27 +358,44 @@ def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
     return total
 
 
+def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...], *,
+                 tensor_parallel: bool) -> Callable[[], Any]:
+    """Load, shard, place and compile as the server does; returns the warm-up call: the whole pipeline
+    (`warmup: pipeline`) or the component on its captured (or built) inputs."""
+    from ..pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
+
+    if warmup_kind(job.spec, job.model) == "pipeline":
+        pipe = load_pipeline(job.model, torch_dtype(job.spec.dtype))
+        model = component_of(pipe, job.model)
+        check_size(job.model, job.spec, pipe, model)
+        if tensor_parallel:
+            init_tensor_parallel(rt, model)
+        place(pipe, job.model, rt.device)
+        compile_for_mode(model, job.spec.mode, rt, eager_modes)
+        kwargs = call_kwargs(pipe, job.spec, job.model)
+        return lambda: pipe(**kwargs)
+    model, inputs = component_and_inputs(job, rt.device)
+    if tensor_parallel:
+        init_tensor_parallel(rt, model)
+    model.to(rt.device)
+    compile_for_mode(model, job.spec.mode, rt, eager_modes)
+    return lambda: model(**inputs)
+
+
 def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
               is_artifact: Callable[[str, Path], bool]) -> dict[str, Any]:
     """Load, (shard), place, compile, warm up once at the entry's shape; return the result record."""
     import torch
 
-    from ..warmup import build_inputs
-
     t0 = time.perf_counter()
     cache = Path(job.roots[CACHE_ROOT])
     before = count_files(cache, is_artifact)
     rank, size = world()
-    model = load_component(job.model, job.spec.dtype)
-    if size > 1:
-        init_tensor_parallel(rt, model)
-    model.to(rt.device)
-    compile_for_mode(model, job.spec.mode, rt, eager_modes)
-    inputs = build_inputs(model, job.model, job.spec.shape, job.spec.dtype, rt.device, job.options)
+    call = prepare_call(job, rt, eager_modes, tensor_parallel=size > 1)
     t1 = time.perf_counter()
     eager = rt.eager() if job.spec.mode in eager_modes else contextlib.nullcontext()
     with torch.no_grad(), eager:
-        model(**inputs)
+        call()
     first_call = time.perf_counter() - t1
     stats = gather_stats(rt)
     after = count_files(cache, is_artifact)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
-from ...warmup import build_inputs
-from .._common import build_main, load_component
+from ...pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
+from .._common import build_main, component_and_inputs, torch_dtype
 from ..base import BuildJob
 from . import aot
 
@@ -99,12 +99,14 @@ def run(job: BuildJob) -> dict[str, Any]:
     t_import = time.perf_counter() - t0
     device = job.options.get("device", "cpu")
     t1 = time.perf_counter()
-    if job.model.pipeline or job.model.tensor_parallel > 1:
-        raise BuildFailed(f"{job.model.name}: the inductor backend warms up one component on one device",
-                          "set pipeline: false and tensor_parallel: 1 for inductor entries")
-    model = load_component(job.model, job.spec.dtype).to(device)
+    if job.model.tensor_parallel > 1:
+        raise BuildFailed(f"{job.model.name}: the inductor backend builds on one device",
+                          "set tensor_parallel: 1 for inductor entries")
+    if warmup_kind(job.spec, job.model) == "pipeline":
+        return run_pipeline(job, device, t0)
+    model, inputs = component_and_inputs(job, device)  # captured from the pipeline, or built
+    model = model.to(device)
     t_load = time.perf_counter() - t1
-    inputs = build_inputs(model, job.model, job.spec.shape, job.spec.dtype, device, job.options)
     aot_result: dict[str, Any] = {}
     if job.spec.mode == aot.MODE:  # a precompiled function, saved into the cache root (aot.py)
         t1 = time.perf_counter()
@@ -122,6 +124,51 @@ def run(job: BuildJob) -> dict[str, Any]:
                     "first_call_s": round(t_first, 3), "total_s": round(time.perf_counter() - t0, 3)},
         "counters": counters(),
         "phases": phase_times(),
+    }
+
+
+def compile_in_place(model: Any, mode: str, options: Mapping[str, str]) -> None:
+    """`pipe.transformer.compile(fullgraph=True, dynamic=False)`: the call the server makes on the
+    pipeline's own component (torch.compile(model) would wrap it in another module)."""
+    kwargs: dict[str, Any] = {"fullgraph": True, "dynamic": False}
+    if options.get("mode"):
+        kwargs["mode"] = options["mode"]
+    if mode == "full":
+        model.compile(**kwargs)
+    elif mode == "repeated_blocks":
+        model.compile_repeated_blocks(**kwargs)
+    else:
+        raise BuildFailed(f"inductor has no pipeline compile mode {mode!r}", "use full or repeated_blocks")
+
+
+def run_pipeline(job: BuildJob, device: str, t0: float) -> dict[str, Any]:
+    """Load the pipeline, place it, compile the component in place, run one pipeline call through the VAE."""
+    import torch
+
+    ref = job.model
+    if ref.offload and not device.startswith("cuda"):
+        raise BuildFailed(f"{ref.name}: offload: {ref.offload} needs an accelerator; inductor builds on {device}",
+                          "drop offload for this model or set backend_options.inductor.device: cuda")
+    t1 = time.perf_counter()
+    pipe = load_pipeline(ref, torch_dtype(job.spec.dtype))
+    model = component_of(pipe, ref)
+    check_size(ref, job.spec, pipe, model)
+    place(pipe, ref, device)
+    t_load = time.perf_counter() - t1
+    compile_in_place(model, job.spec.mode, job.options)
+    kwargs = call_kwargs(pipe, job.spec, ref)
+    t2 = time.perf_counter()
+    with torch.no_grad():
+        pipe(**kwargs)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t_first = time.perf_counter() - t2
+    return {
+        "ok": True, "entry": job.spec.key, "torch": torch.__version__, "device": device, "warmup": "pipeline",
+        "pipeline": type(pipe).__name__,
+        "timings": {"load_s": round(t_load, 3), "first_call_s": round(t_first, 3),
+                    "total_s": round(time.perf_counter() - t0, 3)},
+        "counters": counters(), "phases": phase_times(),
     }
 
 
