@@ -18,7 +18,7 @@ from sqlalchemy.orm import aliased
 
 from ..fingerprint import Fingerprint
 from ..inspection.diff import EntryCost
-from ..manifest import KIND_SHARED
+from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
 
@@ -29,7 +29,9 @@ M = ManifestModel
 F = FingerprintModel
 J = BuildJobModel
 STATUSES = ("built", "missing", "captured")
-KIND_CAPTURED = "captured"    # issue #9's kind: a cache captured from a serving host, not prebuilt
+# Matrix cells are manifests with a spec (entries). A captured set (runtime compiles a serving host wrote
+# back) has no spec, hence no shape: the matrix shows it as one row per toolchain (`captured_summary`).
+SPECCED = M.model.is_not(None)
 
 
 @contextlib.contextmanager
@@ -72,7 +74,7 @@ def entries_only_in(conn: Connection, a_id: str, b_id: str) -> list[EntryCost]:
     lacks = ~select(other.digest).where(other.fingerprint_id == b_id, other.name == M.name).exists()
     query = (select(M.name, M.model, M.component, M.backend, M.mode, M.height, M.width, M.batch, M.dtype,
                     M.total_size, _seconds().label("seconds"))
-             .where(M.fingerprint_id == a_id, M.kind != KIND_SHARED, lacks)
+             .where(M.fingerprint_id == a_id, M.kind == KIND_ENTRY, lacks)
              .order_by(M.model, M.component, M.mode, M.height, M.width, M.batch, M.dtype, M.name))
     return [EntryCost(r.name, _label(r), int(r.total_size), None if r.seconds is None else float(r.seconds))
             for r in conn.execute(query)]
@@ -81,7 +83,7 @@ def entries_only_in(conn: Connection, a_id: str, b_id: str) -> list[EntryCost]:
 def holders(conn: Connection, name: str) -> list[Fingerprint]:
     """Every toolchain that has entry `name` built."""
     query = (select(F.backend, F.fields).join(M, M.fingerprint_id == F.id)
-             .where(M.name == name, M.kind != KIND_SHARED).order_by(F.id))
+             .where(M.name == name, M.kind == KIND_ENTRY).order_by(F.id))
     return [Fingerprint.of(r.backend, r.fields) for r in conn.execute(query)]
 
 
@@ -135,7 +137,7 @@ def _cell_status(entries: int, here: int, built: int, captured: int) -> str:
 
 
 def _row_filter(f: MatrixFilter) -> list[ColumnElement[bool]]:
-    cond = [M.backend == f.backend, M.kind != KIND_SHARED]
+    cond = [M.backend == f.backend, M.kind != KIND_SHARED, SPECCED]
     for column, value in ((M.model, f.model), (M.mode, f.mode), (M.dtype, f.dtype)):
         if value is not None:
             cond.append(column == value)
@@ -193,6 +195,19 @@ def matrix(conn: Connection, f: MatrixFilter) -> Matrix:
                                      None if r.seconds is None else round(float(r.seconds), 1))
     rows = tuple(MatrixRow(str(k[0]), str(k[1]), str(k[2]), str(k[3]), cells[tuple(k)]) for k in page)
     return Matrix(rows, tuple("{}x{}x{}".format(*s) for s in sorted(shapes)), has_next)
+
+
+@dataclass(frozen=True)
+class CapturedSummary:
+    sets: int
+    size: int
+    latest: datetime | None
+
+
+def captured_summary(conn: Connection, fp_id: str) -> CapturedSummary:
+    row = conn.execute(select(func.count(), func.coalesce(func.sum(M.total_size), 0), func.max(M.created_at))
+                       .where(M.fingerprint_id == fp_id, M.kind == KIND_CAPTURED)).one()
+    return CapturedSummary(int(row[0]), int(row[1]), aware(row[2]) if row[2] else None)
 
 
 def filter_choices(conn: Connection, backend: str) -> dict[str, list[str]]:
@@ -272,10 +287,13 @@ def recent_publishes(conn: Connection, limit: int = 20) -> list[Publish]:
 
 
 def fingerprint_summaries(conn: Connection, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Per toolchain: backend, entry count and bytes (one grouped scan)."""
-    entries = func.count(M.digest).filter(M.kind != KIND_SHARED)
-    query = (select(F.id, F.backend, entries.label("entries"), func.coalesce(func.sum(M.total_size), 0).label("size"))
+    """Per toolchain: backend, entries, captured sets and bytes (one grouped scan)."""
+    entries = func.count(M.digest).filter(M.kind == KIND_ENTRY)
+    captured = func.count(M.digest).filter(M.kind == KIND_CAPTURED)
+    query = (select(F.id, F.backend, entries.label("entries"), captured.label("captured"),
+                    func.coalesce(func.sum(M.total_size), 0).label("size"))
              .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id, F.backend).order_by(F.id))
     if ids is not None:
         query = query.where(F.id.in_(list(ids)))
-    return [{"id": r.id, "backend": r.backend, "entries": r.entries, "size": int(r.size)} for r in conn.execute(query)]
+    return [{"id": r.id, "backend": r.backend, "entries": r.entries, "captured": r.captured, "size": int(r.size)}
+            for r in conn.execute(query)]

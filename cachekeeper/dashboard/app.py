@@ -47,16 +47,19 @@ def create_app(catalog: Catalog) -> Starlette:
         with views.reading(catalog) as conn:
             fps = views.fingerprint_summaries(conn)
             chosen = _choose(q, fps)
-            matrix = choices = None
+            matrix = choices = captured = None
             if chosen is not None:
                 f = views.MatrixFilter(chosen["id"], chosen["backend"], q.model, q.mode, q.dtype, q.status,
                                        q.page, q.per)
-                matrix = views.matrix(conn, f)
+                # Captured sets have no shape: they are the matrix's last row, not cells.
+                matrix = views.Matrix((), (), False) if q.status == "captured" else views.matrix(conn, f)
                 choices = views.filter_choices(conn, chosen["backend"])
+                captured = views.captured_summary(conn, chosen["id"])
             queue = views.queue_view(conn)
             publishes = views.recent_publishes(conn)
         return page(request, "index.html", {
-            "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "queue": queue,
+            "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "captured": captured,
+            "queue": queue,
             "publishes": publishes, "statuses": views.STATUSES,
             "prev_url": _page_url(q, chosen, q.page - 1) if q.page > 1 else None,
             "next_url": _page_url(q, chosen, q.page + 1) if matrix is not None and matrix.has_next else None})

@@ -10,7 +10,7 @@ from pathlib import Path
 from cachekeeper.catalog import Catalog
 from cachekeeper.config import Config, load_config
 from cachekeeper.fingerprint import Fingerprint
-from cachekeeper.manifest import KIND_ENTRY, BlobRecord, FileRecord, Manifest, blob_key
+from cachekeeper.manifest import KIND_CAPTURED, KIND_ENTRY, BlobRecord, FileRecord, Manifest, blob_key
 from cachekeeper.spec import EntrySpec
 from cachekeeper.stores.base import Store
 from tests.fakes import ENABLE
@@ -79,3 +79,11 @@ def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
     for name in ("CACHEKEEPER_STORE", "CACHEKEEPER_CATALOG", "FAKE_TOOLCHAIN"):
         env.pop(name, None)
     return env | extra
+
+
+def captured(fp: Fingerprint, tag: str = "0" * 16, size: int = 5_000) -> Manifest:
+    """A captured set (issue #9): runtime compiles a serving host wrote back; no spec, so no shape."""
+    sha = hashlib.sha256(f"captured{tag}{fp.id}".encode()).hexdigest()
+    return Manifest(kind=KIND_CAPTURED, name=f"captured/{tag}", fingerprint=fp,
+                    files=(FileRecord("cache", "c.bin", size, sha, sha),), blobs=(BlobRecord(sha, size, packed=False),),
+                    provenance={"host": "server-1"})
