@@ -139,3 +139,15 @@ class StoreWriteDenied(StoreAuthError):
     """The store answers reads but refuses writes; the message names the permission a writer needs."""
 
     hint = "grant this host write access to the store (blobs/, signatures/, manifests/)"
+
+
+# --- prebuild fleet --------------------------------------------------------------------------------
+
+
+class QueuePayloadError(CatalogError):
+    hint = "run the same cachekeeper release on every prebuild worker of one catalog"
+
+
+class BuildsInProgress(CachekeeperError):
+    exit_code = 13
+    hint = "other workers hold these entries under live leases; rerun with --wait to wait for them"

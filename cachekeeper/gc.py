@@ -3,7 +3,8 @@
 Unreferenced blobs and signatures are removed once they are older than a grace window (`min_age`):
 a publisher writes blobs, then the signature, then the manifest, so a young unreferenced object may
 belong to a manifest that is about to land. Manifests are removed only for toolchains named with
-`drop` (e.g. an old compiler), and their signatures with them.
+`drop` (e.g. an old compiler), and their signatures with them. Debris of killed publishers (temp files
+of the file store, unfinished S3 multipart uploads) goes once it is older than the same window.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from .errors import ManifestError
 from .manifest import Manifest, blob_key
 from .signing import signature_key
-from .stores.base import ObjectInfo, Store
+from .stores.base import Debris, ObjectInfo, Store
 
 DEFAULT_MIN_AGE = 3600.0   # longer than any publish takes between its first blob and its manifest
 
@@ -28,11 +29,13 @@ class GcPlan:
     keep_blobs: int = 0
     young: int = 0                                         # unreferenced, but inside the grace window
     unreadable: list[str] = field(default_factory=list)   # reported, never deleted automatically
+    delete_debris: list[Debris] = field(default_factory=list)
+    young_debris: int = 0                                  # a publish may still be writing it
 
 
 def plan_gc(manifests: dict[str, Manifest | None], blobs: Iterable[ObjectInfo], drop: set[str],
             signatures: Iterable[ObjectInfo] = (), *, min_age: float = DEFAULT_MIN_AGE,
-            now: float | None = None) -> GcPlan:
+            now: float | None = None, debris: Iterable[Debris] = ()) -> GcPlan:
     """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove."""
     cutoff = (time.time() if now is None else now) - min_age
     plan = GcPlan()
@@ -60,6 +63,11 @@ def plan_gc(manifests: dict[str, Manifest | None], blobs: Iterable[ObjectInfo], 
             plan.young += 1
         else:
             plan.delete_blobs.append(blob.key)
+    for item in sorted(debris, key=lambda d: (d.key, d.upload_id)):
+        if item.mtime > cutoff:
+            plan.young_debris += 1
+        else:
+            plan.delete_debris.append(item)
     return plan
 
 
@@ -81,3 +89,5 @@ def run_gc(store: Store, plan: GcPlan) -> None:
         store.delete(key)
     for key in plan.delete_blobs:
         store.delete(key)
+    for item in plan.delete_debris:
+        store.delete_debris(item)

@@ -164,8 +164,10 @@ def test_verify_and_gc(built: Env) -> None:
     assert bad.returncode == 1 and "BAD" in bad.stdout
     repaired = built.run("verify", "--repair", ok=False)
     assert repaired.returncode == 1 and "removed  blobs/" in repaired.stdout
-    assert json.loads(built.run("prebuild", str(built.config), "--json").stdout)["counts"] == {"built": 1,
-                                                                                                "present": 1}
+    # The catalog still lists the removed entry: --verify-store asks the store too, and rebuilds it.
+    assert json.loads(built.run("prebuild", str(built.config), "--json").stdout)["counts"] == {"present": 2}
+    again = built.run("prebuild", str(built.config), "--verify-store", "--json")
+    assert json.loads(again.stdout)["counts"] == {"built": 1, "present": 1}
     built.run("verify", "--deep")
 
 
@@ -237,7 +239,8 @@ def test_an_unusable_backend_is_one_line(env: Env) -> None:
 
 def test_two_workers_on_one_catalog_build_each_entry_once(env: Env) -> None:
     env.config.write_text(config_text(env.model).replace("height: [64, 128]", "height: [64, 128, 192, 256]"))
-    argv = [sys.executable, "-m", "cachekeeper", "prebuild", str(env.config), "--json"]
+    # --wait: a worker whose queue runs dry waits for the other's builds, so both exit 0 (all built).
+    argv = [sys.executable, "-m", "cachekeeper", "prebuild", str(env.config), "--json", "--wait"]
     slow = {**env.vars, "FAKE_BUILD_SLEEP": "1"}
     env.run("db", "upgrade")  # both workers then open a migrated catalog
     procs = [subprocess.Popen([*argv, "--worker", f"w{i}"], env=slow, cwd=env.tmp, stdout=subprocess.PIPE,

@@ -14,7 +14,7 @@ import abc
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -114,6 +114,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def build_command(self, job: BuildJob) -> BuildCommand:
         """The subprocess that compiles `job` into `job.roots` (the worker runs and times it)."""
+
+    # build.workers: parallel builds on one host each get their own devices ----------------------
+
+    device_unit: ClassVar[str] = "device"
+
+    def build_devices(self, options: Mapping[str, str]) -> int | None:
+        """How many devices parallel builds can split between them here; None: builds share the host
+        (CPU), so `build.workers` needs no partition."""
+        return None
+
+    def device_env(self, ids: Sequence[int]) -> dict[str, str]:
+        """Env that restricts one build subprocess to the devices `ids` (sorted, contiguous)."""
+        return {}
 
     # helpers for subclasses -----------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ write here is idempotent. Each public method runs in its own short transaction a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import Connection, Delete, Engine, Row, Select, delete, func, select, update
@@ -156,11 +156,13 @@ class Catalog:
         with self._write() as conn:
             return queue.requeue(conn, keys)
 
-    def claim(self, worker: str, *, lease_s: float, fingerprint_id: str | None = None) -> Claim | None:
-        """Lease one pending job (or one whose lease expired), or None when there is nothing to build."""
+    def claim(self, worker: str, *, lease_s: float, fingerprint_id: str | None = None,
+              exclude: Collection[str] = ()) -> Claim | None:
+        """Lease one pending job (or one whose lease expired), or None when there is nothing to build.
+        Jobs whose entry key is in `exclude` are passed over."""
         _check_lease(lease_s)
         with self._write() as conn:
-            return queue.claim(conn, worker, lease_s, fingerprint_id)
+            return queue.claim(conn, worker, lease_s, fingerprint_id, exclude)
 
     def renew(self, claim: Claim, lease_s: float) -> bool:
         """Extend the lease; False means it was lost (reclaimed after expiry): stop building."""
@@ -185,6 +187,29 @@ class Catalog:
     def jobs(self, *, fingerprint_id: str | None = None, status: str | None = None) -> list[JobRow]:
         with self._read() as conn:
             return queue.jobs(conn, fingerprint_id, status)
+
+    def job_states(self, fingerprint_id: str, keys: Iterable[str]) -> dict[str, JobRow]:
+        """The queue's jobs for these entry keys (absent keys were never queued)."""
+        wanted = sorted(set(keys))
+        found: dict[str, JobRow] = {}
+        with self._read() as conn:
+            for i in range(0, len(wanted), LOOKUP_CHUNK):
+                found.update((j.entry_key, j) for j in queue.states(conn, fingerprint_id, wanted[i:i + LOOKUP_CHUNK]))
+        return found
+
+    def build_costs(self, entry_keys: Iterable[str], *, exclude_fingerprints: Collection[str] = ()) -> dict[str, float]:
+        """Mean recorded build seconds per entry key, over toolchains not in `exclude_fingerprints`."""
+        wanted = sorted(set(entry_keys))
+        sums: dict[str, list[float]] = {}
+        with self._read() as conn:
+            for i in range(0, len(wanted), LOOKUP_CHUNK):
+                chunk = wanted[i:i + LOOKUP_CHUNK]
+                query = select(M.entry_key, M.fingerprint_id, M.build).where(M.entry_key.in_(chunk))
+                for key, fp, build in conn.execute(query):
+                    seconds = (build or {}).get("seconds")
+                    if fp not in exclude_fingerprints and isinstance(seconds, int | float) and seconds > 0:
+                        sums.setdefault(key, []).append(float(seconds))
+        return {k: sum(v) / len(v) for k, v in sums.items()}
 
     # --- transactions ----------------------------------------------------------------------------
 

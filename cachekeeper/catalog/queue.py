@@ -9,7 +9,7 @@ Times are the workers' UTC clocks: keep leases long against clock skew (minutes,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,12 +56,15 @@ def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
     return n
 
 
-def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None) -> Claim | None:
+def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None,
+          exclude: Collection[str] = ()) -> Claim | None:
     at = now()
     claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
     query = select(J.fingerprint_id, J.entry_key, J.attempts, J.spec).where(claimable)
     if fingerprint_id is not None:
         query = query.where(J.fingerprint_id == fingerprint_id)
+    if exclude:   # jobs this worker already refused (a payload of another version)
+        query = query.where(J.entry_key.not_in(sorted(exclude)))
     # Fewest attempts first, so a job that keeps failing does not starve the rest.
     query = query.order_by(J.attempts, J.updated_at).limit(1).with_for_update(skip_locked=True)
     row = conn.execute(query).first()
@@ -113,6 +116,12 @@ def jobs(conn: Connection, fingerprint_id: str | None, status: str | None) -> li
     if status is not None:
         query = query.where(J.status == status)
     return [_job_row(r) for r in conn.execute(query)]
+
+
+def states(conn: Connection, fingerprint_id: str, keys: list[str]) -> list[JobRow]:
+    """The jobs of these entry keys (one chunk: the caller keeps `keys` short)."""
+    return [_job_row(r) for r in conn.execute(select(J).where(J.fingerprint_id == fingerprint_id,
+                                                             J.entry_key.in_(keys)))]
 
 
 def _job_row(r: Row[Any]) -> JobRow:

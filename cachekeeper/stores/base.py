@@ -9,7 +9,7 @@ print one line; `tests/stores/conformance.py` is the suite every store passes.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -23,6 +23,18 @@ class ObjectInfo:
     key: str
     size: int
     mtime: float      # seconds since the epoch, as the store reports it (GC's grace window reads it)
+
+
+@dataclass(frozen=True)
+class Debris:
+    """What a killed publisher can leave behind that no listing of objects shows: a temp file (file
+    store) or an unfinished multipart upload (S3, billed until aborted). GC removes it after its grace."""
+
+    key: str
+    kind: str         # "temp" | "multipart"
+    mtime: float      # when it was started
+    size: int = 0
+    upload_id: str = ""
 
 
 def check_key(key: str) -> str:
@@ -67,6 +79,16 @@ class Store(abc.ABC):
     def exists(self, key: str) -> bool:
         return self.size(key) is not None
 
+    def sizes(self, keys: Iterable[str], *, threads: int = 16) -> dict[str, int | None]:
+        """`size` of many keys at once (None: missing). Parallel requests; local stores override."""
+        wanted = sorted(set(keys))
+        if len(wanted) <= 1:
+            return {k: self.size(k) for k in wanted}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(wanted)), thread_name_prefix="ck-head") as pool:
+            return dict(zip(wanted, pool.map(self.size, wanted), strict=True))
+
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:
         """Keys starting with `prefix` (a plain string prefix), in no promised order."""
@@ -78,6 +100,29 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove `key`; a missing key is not an error (GC may race another GC)."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys starting with `prefix` (a plain string prefix), in no promised order."""
+
+    @abc.abstractmethod
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Like `list`, with each object's size and modification time (one listing, no per-key calls)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove `key`; a missing key is not an error (GC may race another GC)."""
+
+    # What killed publishers leave behind (GC). Stores whose writes leave nothing keep the defaults.
+
+    debris_note: str = ""   # what the store cleans up by itself, for `gc` to say
+
+    def list_debris(self) -> Iterator[Debris]:
+        """Temp objects and unfinished uploads under this store's prefix, in no promised order."""
+        return iter(())
+
+    def delete_debris(self, item: Debris) -> None:  # noqa: B027 - optional hook
+        """Remove (or abort) one piece of debris; gone already is not an error."""
 
     def check(self) -> None:
         """Raise a StoreError subclass if the store is unusable (missing bucket, bad credentials)."""

@@ -288,6 +288,10 @@ class GCSStore(Store):
                 if not self._bucket_exists():
                     raise self._not_found() from None
 
+    # Uploads create no object until they finish: a killed publisher leaves only a resumable-upload
+    # session, which cannot be listed and which GCS expires by itself one week after it was started.
+    debris_note = "gs: interrupted resumable uploads leave no object; GCS expires their sessions after 7 days"
+
     def check(self) -> None:
         # Listing needs only storage.objects.list, which every reader has; bucket metadata may be denied.
         next(self.list(), None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..errors import ObjectNotFound
 from .base import ObjectInfo, Store, check_key
@@ -44,6 +44,9 @@ class MemoryStore(Store):
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return iter([ObjectInfo(k, len(v), self.mtimes.get(k, 0.0)) for k, v in list(self.objects.items())
                      if k.startswith(prefix)])
+
+    def sizes(self, keys: Iterable[str], *, threads: int = 16) -> dict[str, int | None]:
+        return {k: self.size(k) for k in set(keys)}
 
     def delete(self, key: str) -> None:
         with self._lock:

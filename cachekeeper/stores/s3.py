@@ -34,7 +34,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
-from .base import ObjectInfo, Store, check_key
+from .base import Debris, ObjectInfo, Store, check_key
 
 DEFAULT_REGION = "us-east-1"
 
@@ -344,6 +344,28 @@ class S3Store(Store):
         k = self._key(key)
         with self._errors(key):
             self._client().delete_object(Bucket=self.bucket, Key=k)  # S3 answers 204 for a missing key
+
+    # PutObject is atomic (no temp object); a publisher killed inside a multipart upload leaves its
+    # parts invisible to listings and billed until the upload is aborted.
+    debris_note = "s3: unfinished multipart uploads are aborted (a bucket lifecycle rule can do it too)"
+
+    def list_debris(self) -> Iterator[Debris]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        paginator = self._client().get_paginator("list_multipart_uploads")
+        with self._errors():
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+                for up in page.get("Uploads", ()):
+                    yield Debris(str(up["Key"])[len(base):], "multipart", up["Initiated"].timestamp(),
+                                 upload_id=str(up["UploadId"]))
+
+    def delete_debris(self, item: Debris) -> None:
+        with self._errors(item.key):
+            try:
+                self._client().abort_multipart_upload(Bucket=self.bucket, Key=self._key(item.key),
+                                                      UploadId=item.upload_id)
+            except ClientError as exc:
+                if _code(exc) != "NoSuchUpload" and not _is_not_found(exc):
+                    raise
 
     def check(self) -> None:
         with self._errors():

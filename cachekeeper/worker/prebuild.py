@@ -1,38 +1,48 @@
 """Prebuild: plan the matrix for this host's toolchains, build what is missing, publish it.
 
-With a catalog, entries go through its queue (`claim` with a lease), so any number of workers on any
-number of machines build each (toolchain, entry) once; a worker only claims jobs of toolchains it has.
-Without one, the worker walks its plan alone. Either way an entry already in the store is not rebuilt.
+With a catalog, entries go through its queue (`claim` with a short lease a heartbeat renews), so any
+number of workers on any number of machines build each (toolchain, entry) once, and a dead worker's
+entry is claimable again within about one lease. Without one, the worker walks its plan (or its
+`--shard`) alone. `build.workers` runs that many builds at once, each on its own devices.
+
+What is built already is decided catalog first: an entry the catalog indexes costs no store request
+(`verify_store` checks the store too); without a catalog, one listing per toolchain answers it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
-import shutil
 import socket
-import tempfile
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends import get_backend
-from ..backends.base import Backend, BuildJob, ModelRef
+from ..backends.base import Backend, BuildJob
 from ..config import Config, PlannedEntry
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
 from ..manifest import Manifest, manifest_key
 from ..publish import publish
-from ..spec import EntrySpec
 from ..stores.base import Store
+from . import payload
+from .devices import slot_envs
+from .lease import Heartbeat, LeaseSettings
 from .runner import run_build
+from .shard import Shard, split
+from .workdirs import sweep_stale, workdir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Claim
     from ..signing import SigningKey
+
+WAIT_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -40,18 +50,28 @@ class Outcome:
     label: str
     key: str
     fingerprint_id: str
-    status: str                 # "built" | "present" | "failed"
+    status: str                 # "built" | "present" | "failed" | "held" (by a live worker) | "refused"
     seconds: float = 0.0
-    detail: str = ""            # failure reason and log tail, or the manifest digest
+    detail: str = ""            # failure reason and log tail, the manifest digest, or who holds it
 
 
 @dataclass
 class PrebuildReport:
     outcomes: list[Outcome] = field(default_factory=list)
+    swept: list[Path] = field(default_factory=list)     # stale workdirs of dead workers, removed
+    planned: int = 0                                     # entries this worker (or shard) wanted
 
     @property
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def held(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "held"]
+
+    @property
+    def refused(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "refused"]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -67,6 +87,21 @@ class Toolchain:
     options: dict[str, str]
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """How this worker runs, beyond what the config says."""
+
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
+    workers: int | None = None            # None: the config's build.workers
+    shard: Shard | None = None
+    wait: bool = False                    # wait for entries live workers hold
+    verify_store: bool = False            # also check the store for entries the catalog indexes
+    worker: str | None = None
+    workdir_root: Path | None = None
+    signing_key: SigningKey | None = None
+    wait_poll_s: float = WAIT_POLL_S
+
+
 def toolchains(config: Config, entries: list[PlannedEntry]) -> dict[str, Toolchain]:
     """This host's fingerprint for each backend the plan uses; an unusable backend stops the run."""
     out: dict[str, Toolchain] = {}
@@ -80,103 +115,310 @@ def toolchains(config: Config, entries: list[PlannedEntry]) -> dict[str, Toolcha
     return out
 
 
-def _payload(entry: PlannedEntry) -> str:
-    return json.dumps({"spec": entry.spec.to_dict(), "model": entry.model.to_dict()}, sort_keys=True)
+def _outcome(entry: PlannedEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "") -> Outcome:
+    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, status, seconds, detail)
 
 
-def _from_payload(payload: str) -> PlannedEntry:
-    d = json.loads(payload)
-    return PlannedEntry(EntrySpec.from_dict(d["spec"]), ModelRef(**d["model"]))
+# --- what is built already ---------------------------------------------------------------------------
 
 
-def already_published(entry: PlannedEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> Outcome | None:
-    """A "present" outcome (indexed in the catalog) if the store has the entry; None if it must be built."""
+def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
+                *, verify_store: bool = False) -> tuple[list[PlannedEntry], list[Outcome]]:
+    """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request."""
+    todo: list[PlannedEntry] = []
+    present: list[Outcome] = []
+    by_fp: dict[str, list[PlannedEntry]] = {}
+    for e in entries:
+        by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
+    for fp_id, group in by_fp.items():
+        keys = [e.spec.key for e in group]
+        indexed = catalog.lookup(fp_id, keys) if catalog is not None else {}
+        stored: set[str] | None = None
+        if catalog is None or verify_store:
+            # One listing of the toolchain's manifests, not a HEAD per entry.
+            prefix = f"manifests/{fp_id}/"
+            stored = {k[len(prefix):-len(".json")] for k in store.list(prefix) if k.endswith(".json")}
+        for e in group:
+            tc, key = tcs[e.spec.backend], e.spec.key
+            if stored is None:
+                built = key in indexed
+            elif key in stored:
+                built = True
+                if catalog is not None and key not in indexed:   # in the store, not yet in the index
+                    _index(store, catalog, manifest_key(fp_id, key))
+            else:
+                built = False
+                if key in indexed:   # an index row whose manifest is gone (gc, repair): rebuild it
+                    assert catalog is not None
+                    catalog.forget(indexed[key].digest)
+            if built:
+                present.append(_outcome(e, tc, "present"))
+            else:
+                todo.append(e)
+    return todo, present
+
+
+def _index(store: Store, catalog: Catalog, key: str) -> None:
+    catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
+
+
+def published_since(entry: PlannedEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> bool:
+    """One HEAD before compiling a claimed entry: another worker (another config) may have published it."""
     key = manifest_key(tc.fingerprint.id, entry.spec.key)
     if not store.exists(key):
-        return None
+        return False
     if catalog is not None:
-        catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
-    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, "present")
+        _index(store, catalog, key)
+    return True
+
+
+# --- shards ------------------------------------------------------------------------------------------
+
+
+def shard_entries(entries: list[PlannedEntry], tcs: dict[str, Toolchain], shard: Shard, store: Store,
+                  catalog: Catalog | None) -> list[PlannedEntry]:
+    """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
+    ours = {tc.fingerprint.id for tc in tcs.values()}
+    keys = [e.spec.key for e in entries]
+    if catalog is not None:
+        costs = catalog.build_costs(keys, exclude_fingerprints=ours)
+    else:
+        costs = store_costs(store, set(keys), ours)
+    mine = set(split(keys, shard.count, costs)[shard.index])
+    return [e for e in entries if e.spec.key in mine]
+
+
+def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
+    """Recorded build seconds of these entries under other toolchains, read from their manifests."""
+    found: dict[str, str] = {}
+    for k in store.list("manifests/"):
+        parts = k.split("/")
+        if len(parts) == 3 and parts[1] not in exclude_fingerprints and parts[2].endswith(".json"):
+            entry = parts[2][:-len(".json")]
+            if entry in keys:
+                found.setdefault(entry, k)
+
+    def seconds(key: str) -> float:
+        try:
+            value = Manifest.from_bytes(store.get_bytes(key), source=key).build.get("seconds")
+        except ManifestError:
+            return 0.0
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    with ThreadPoolExecutor(16) as pool:
+        return {e: s for e, s in zip(found, pool.map(seconds, found.values()), strict=True) if s > 0}
+
+
+# --- one build ---------------------------------------------------------------------------------------
 
 
 def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
-                workdir_root: Path | None = None, on_tick: Callable[[], object] | None = None,
-                signing_key: SigningKey | None = None) -> Outcome:
-    """Compile and publish one entry (the caller has checked it is not in the store yet)."""
+                workdir_root: Path | None = None, env: dict[str, str] | None = None,
+                stop: threading.Event | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
+    """Compile and publish one entry; None if `stop` was set (the lease was lost) before it published."""
     spec, fp = entry.spec, tc.fingerprint
-    workdir = Path(tempfile.mkdtemp(prefix="ck-build-", dir=workdir_root))
-    try:
-        roots = tc.backend.build_roots(workdir)
+    with workdir(workdir_root) as wd:
+        roots = tc.backend.build_roots(wd)
         for root in roots.values():
             root.mkdir(parents=True, exist_ok=True)
         job = BuildJob(spec, entry.model, {k: str(v) for k, v in roots.items()}, tc.options,
-                       result_path=str(workdir / "result.json"))
-        res = run_build(tc.backend.build_command(job), timeout=timeout, log_path=workdir / "build.log",
-                        cwd=workdir, on_tick=on_tick)
+                       result_path=str(wd / "result.json"))
+        cmd = tc.backend.build_command(job)
+        cmd.env.update(env or {})
+        res = run_build(cmd, timeout=timeout, log_path=wd / "build.log", cwd=wd, stop=stop)
+        if res.stopped or (stop is not None and stop.is_set()):
+            return None
         if not res.ok:
-            return Outcome(spec.label(), spec.key, fp.id, "failed", res.seconds,
-                           f"build {res.describe()}\n{res.log_tail}")
-        result = json.loads((workdir / "result.json").read_text()) if (workdir / "result.json").exists() else {}
+            return _outcome(entry, tc, "failed", res.seconds, f"build {res.describe()}\n{res.log_tail}")
+        result = json.loads((wd / "result.json").read_text()) if (wd / "result.json").exists() else {}
         build = {"host": socket.gethostname(), "seconds": round(res.seconds, 3), "result": result,
                  "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         if not any(f.is_file() for r in roots.values() for f in r.rglob("*")):
-            return Outcome(spec.label(), spec.key, fp.id, "failed", res.seconds,
-                           f"build wrote no artifacts\n{res.log_tail}")
+            return _outcome(entry, tc, "failed", res.seconds, f"build wrote no artifacts\n{res.log_tail}")
         pr = publish(store, fingerprint=fp, spec=spec, roots=roots, include=tc.backend.include,
                      shared_roots=tc.backend.shared_roots, build=build, catalog=catalog, signing_key=signing_key)
-        status = "built" if pr.created else "present"
-        return Outcome(spec.label(), spec.key, fp.id, status, res.seconds, pr.manifest.digest)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        return _outcome(entry, tc, "built" if pr.created else "present", res.seconds, pr.manifest.digest)
 
 
-def _claims(catalog: Catalog, worker: str, fp_id: str, lease_s: float) -> Iterator[Claim]:
-    while (claim := catalog.claim(worker, lease_s=lease_s, fingerprint_id=fp_id)) is not None:
-        yield claim
+# --- the run -----------------------------------------------------------------------------------------
+
+
+class _Run:
+    """State shared by this worker's build slots."""
+
+    def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, Toolchain],
+                 settings: RunSettings, progress: Callable[[Outcome], None] | None, report: PrebuildReport) -> None:
+        self.config, self.store, self.catalog, self.tcs, self.settings = config, store, catalog, tcs, settings
+        self.progress, self.report = progress, report
+        self.lock = threading.Lock()
+        self.worker = settings.worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.refused: set[str] = set()
+        self.plan: dict[tuple[str, str], PlannedEntry] = {}
+        self.by_fp = {tc.fingerprint.id: tc for tc in tcs.values()}
+
+    def done(self, o: Outcome) -> None:
+        with self.lock:
+            self.report.outcomes.append(o)
+        if self.progress is not None:
+            self.progress(o)
+
+    def build(self, entry: PlannedEntry, tc: Toolchain, env: dict[str, str],
+              stop: threading.Event | None = None) -> Outcome | None:
+        return build_entry(entry, tc, self.store, catalog=self.catalog, timeout=self.config.build_timeout,
+                           workdir_root=self.settings.workdir_root, env=env, stop=stop,
+                           signing_key=self.settings.signing_key)
+
+    # without a catalog: the slots take entries off one shared list
+
+    def walk(self, todo: list[PlannedEntry], envs: dict[str, list[dict[str, str]]], workers: int) -> None:
+        pending = list(reversed(todo))
+
+        def slot(i: int) -> None:
+            while True:
+                with self.lock:
+                    if not pending:
+                        return
+                    e = pending.pop()
+                o = self.build(e, self.tcs[e.spec.backend], _slot_env(envs, e.spec.backend, i))
+                assert o is not None
+                self.done(o)
+
+        _in_slots(slot, workers)
+
+    # with a catalog: the slots claim jobs from the shared queue
+
+    def drain(self, envs: dict[str, list[dict[str, str]]], workers: int) -> None:
+        assert self.catalog is not None
+        catalog = self.catalog
+
+        def slot(i: int) -> None:
+            while (c := self._claim()) is not None:
+                self._work(catalog, c, envs, i)
+
+        _in_slots(slot, workers)
+
+    def _claim(self) -> Claim | None:
+        assert self.catalog is not None
+        for fp_id in sorted(self.by_fp):
+            with self.lock:
+                exclude = set(self.refused)
+            c = self.catalog.claim(self.worker, lease_s=self.settings.lease.lease_s, fingerprint_id=fp_id,
+                                   exclude=exclude)
+            if c is not None:
+                return c
+        return None
+
+    def _work(self, catalog: Catalog, c: Claim, envs: dict[str, list[dict[str, str]]], slot: int) -> None:
+        tc = self.by_fp[c.fingerprint_id]
+        entry = self.plan.get((c.fingerprint_id, c.entry_key))
+        if entry is None:  # queued by another config's worker: its payload says what to build
+            try:
+                entry = payload.decode(c.payload, f"{c.fingerprint_id}/{c.entry_key}")
+            except QueuePayloadError as exc:
+                with self.lock:
+                    self.refused.add(c.entry_key)
+                catalog.fail(c, exc.message, retry=True)   # back to pending, for a worker that reads it
+                self.done(Outcome(c.entry_key[:12], c.entry_key, c.fingerprint_id, "refused", detail=exc.message))
+                return
+        with Heartbeat(catalog, c, self.settings.lease) as hb:
+            o: Outcome | None
+            if published_since(entry, tc, self.store, catalog):
+                o = _outcome(entry, tc, "present")
+            else:
+                o = self.build(entry, tc, _slot_env(envs, entry.spec.backend, slot), stop=hb.lost)
+            if o is None or hb.lost.is_set():
+                return   # the lease was lost: the worker holding it now reports the entry
+            if o.status == "failed":
+                catalog.fail(c, o.detail[-2000:], retry=False)
+            else:
+                catalog.finish(c, o.detail if o.status == "built" else "")
+        self.done(o)
+
+    def settle(self, wanted: list[PlannedEntry]) -> tuple[list[Outcome], int]:
+        """Outcomes of wanted entries this worker did not report: (done/failed elsewhere, held live) and
+        how many are claimable again (a lease ran out, a requeue)."""
+        assert self.catalog is not None
+        with self.lock:
+            reported = {(o.fingerprint_id, o.key) for o in self.report.outcomes}
+        out: list[Outcome] = []
+        claimable = 0
+        now = dt.datetime.now(dt.UTC)
+        for fp_id, tc in self.by_fp.items():
+            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, e.spec.key) not in reported]
+            if not group:
+                continue
+            states = self.catalog.job_states(fp_id, [e.spec.key for e in group])
+            for e in group:
+                job = states.get(e.spec.key)
+                if job is None or job.status == "pending":
+                    claimable += e.spec.key not in self.refused
+                elif job.status == "done":
+                    out.append(_outcome(e, tc, "present", detail=f"built by {job.worker}"))
+                elif job.status == "failed":
+                    out.append(_outcome(e, tc, "failed", detail=f"failed on {job.worker}: {job.last_error or ''}"))
+                elif job.lease_expires_at is not None and job.lease_expires_at < now:
+                    claimable += 1
+                else:
+                    out.append(_outcome(e, tc, "held", detail=f"held by {job.worker}"))
+        return out, claimable
+
+
+def _slot_env(envs: dict[str, list[dict[str, str]]], backend: str, slot: int) -> dict[str, str]:
+    slots = envs.get(backend) or [{}]
+    return slots[slot % len(slots)]
+
+
+def _in_slots(slot: Callable[[int], None], workers: int) -> None:
+    if workers <= 1:
+        slot(0)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="ck-build-slot") as pool:
+        for f in [pool.submit(slot, i) for i in range(workers)]:
+            f.result()
 
 
 def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, backends: set[str] | None = None,
-             models: set[str] | None = None, only: set[str] | None = None, worker: str | None = None,
-             lease_s: float = 600.0, workdir_root: Path | None = None,
-             progress: Callable[[Outcome], None] | None = None,
-             signing_key: SigningKey | None = None) -> PrebuildReport:
+             models: set[str] | None = None, only: set[str] | None = None,
+             settings: RunSettings | None = None,
+             progress: Callable[[Outcome], None] | None = None) -> PrebuildReport:
+    settings = settings or RunSettings()
     entries = config.entries(backends, models)
     if only:
         entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
     config.require_model_paths(models)
     tcs = toolchains(config, entries)
-    report = PrebuildReport()
+    workers = settings.workers if settings.workers is not None else config.build_workers
+    envs = {name: slot_envs(tc.backend, tc.options, workers, config.source) for name, tc in tcs.items()}
+    if settings.shard is not None:
+        entries = shard_entries(entries, tcs, settings.shard, store, catalog)
+    report = PrebuildReport(swept=sweep_stale(settings.workdir_root), planned=len(entries))
+    run = _Run(config, store, catalog, tcs, settings, progress, report)
 
-    def done(o: Outcome) -> None:
-        report.outcomes.append(o)
-        if progress is not None:
-            progress(o)
-
-    todo: list[PlannedEntry] = []
-    for e in entries:  # entries already in the store are reported, indexed, and never rebuilt
-        present = already_published(e, tcs[e.spec.backend], store, catalog)
-        if present is not None:
-            done(present)
-        else:
-            todo.append(e)
+    todo, present = split_built(entries, tcs, store, catalog, verify_store=settings.verify_store)
+    for o in present:
+        run.done(o)
     if catalog is None:
-        for e in todo:
-            done(build_entry(e, tcs[e.spec.backend], store, catalog=None, timeout=config.build_timeout,
-                             workdir_root=workdir_root, signing_key=signing_key))
+        run.walk(todo, envs, workers)
         return report
-    worker = worker or f"{socket.gethostname()}:{os.getpid()}"
-    catalog.enqueue((tcs[e.spec.backend].fingerprint.id, e.spec.key, _payload(e)) for e in todo)
-    catalog.requeue((tcs[e.spec.backend].fingerprint.id, e.spec.key) for e in todo)
-    for tc in tcs.values():
-        for claim in _claims(catalog, worker, tc.fingerprint.id, lease_s):
-            entry = _from_payload(claim.payload)
-            # Another worker may have published it since it was queued (e.g. from another config).
-            o = already_published(entry, tc, store, catalog) or build_entry(
-                entry, tc, store, catalog=catalog, timeout=config.build_timeout, workdir_root=workdir_root,
-                on_tick=functools.partial(catalog.renew, claim, lease_s), signing_key=signing_key)
-            if o.status == "failed":
-                catalog.fail(claim, o.detail[-2000:], retry=False)
-            else:
-                catalog.finish(claim, o.detail if o.status == "built" else "")
-            done(o)
-    return report
+    run.plan = {(tcs[e.spec.backend].fingerprint.id, e.spec.key): e for e in todo}
+    catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
+    catalog.requeue(run.plan)
+    while True:
+        run.drain(envs, workers)
+        settled, claimable = run.settle(todo)
+        if claimable:
+            continue
+        if any(o.status == "held" for o in settled) and settings.wait:
+            time.sleep(settings.wait_poll_s)
+            continue
+        for o in settled:
+            run.done(o)
+        return report
+
+
+def held_summary(outcomes: Iterable[Outcome]) -> str:
+    """`3 entries (w1, w2)`: who holds what, for the one-line message."""
+    held = list(outcomes)
+    holders = sorted({o.detail.removeprefix("held by ") for o in held})
+    return f"{len(held)} entr{'y' if len(held) == 1 else 'ies'} ({', '.join(holders[:5])}" + \
+        (", ...)" if len(holders) > 5 else ")")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
@@ -137,3 +137,19 @@ class InductorBackend(Backend):
             "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
         }
         return self.python_module_command(BUILD_MODULE, job, env)
+
+    # build.workers on CUDA: one GPU range per build (CPU builds share the host, no partition).
+    device_unit: ClassVar[str] = "GPU"
+
+    def build_devices(self, options: Mapping[str, str]) -> int | None:
+        if not options.get("device", "cpu").startswith("cuda"):
+            return None
+        visible = self.env.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return len([d for d in visible.split(",") if d.strip()])
+        return probes.gpu_count()
+
+    def device_env(self, ids: Sequence[int]) -> dict[str, str]:
+        # Ids count the GPUs this worker sees: map them through its own CUDA_VISIBLE_DEVICES, if any.
+        visible = [d.strip() for d in self.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        return {"CUDA_VISIBLE_DEVICES": ",".join(visible[i] if visible else str(i) for i in ids)} if ids else {}

@@ -247,3 +247,15 @@ def nvidia_smi() -> tuple[str, str] | None:
     if not parts or not parts[0]:
         return None
     return parts[0], parts[1] if len(parts) > 1 else ""
+
+
+def gpu_count() -> int:
+    """GPUs `nvidia-smi -L` lists (0 without nvidia-smi)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))

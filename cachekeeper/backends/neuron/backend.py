@@ -18,7 +18,7 @@ Pins (`torch_version`, `torch_neuronx_version`, `neuronx_cc_version`) are checke
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -120,3 +120,15 @@ class NeuronBackend(PackagedBackend):
         cmd = module_command(BUILD_MODULE, job, env)
         cmd.env.pop(DISABLE_ENV, None)  # a build exists to fill the cache
         return cmd
+
+    # build.workers: each build gets a range of NeuronCores (NEURON_RT_VISIBLE_CORES="first-last").
+    device_unit: ClassVar[str] = "NeuronCore"
+
+    def build_devices(self, options: Mapping[str, str]) -> int | None:
+        return probes.core_count(options, self.env)
+
+    def device_env(self, ids: Sequence[int]) -> dict[str, str]:
+        # Ids count the cores this worker sees: offset them by the start of its own visible range.
+        base = int(self.env.get("NEURON_RT_VISIBLE_CORES", "0").split("-")[0].split(",")[0] or 0)
+        first, last = base + ids[0], base + ids[-1]
+        return {"NEURON_RT_VISIBLE_CORES": f"{first}-{last}" if last > first else str(first)}

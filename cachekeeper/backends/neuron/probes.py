@@ -71,3 +71,21 @@ def probe_target(env: Mapping[str, str], sysfs: Path = SYSFS, dmi: Path = DMI_PR
     if override:
         return family_of(override) or override
     return from_sysfs(sysfs, dmi) or from_neuron_ls() or UNKNOWN
+
+
+def core_count(options: Mapping[str, str], env: Mapping[str, str], sysfs_root: Path = SYSFS.parents[2]) -> int:
+    """NeuronCores this host can give builds: option `cores`, else NEURON_RT_VISIBLE_CORES' size, else
+    the driver's devices times their `core_count` (0 when no driver is visible)."""
+    if options.get("cores"):
+        return int(options["cores"])
+    visible = env.get("NEURON_RT_VISIBLE_CORES", "")
+    if visible:
+        first, _, last = visible.partition("-")
+        return int(last) - int(first) + 1 if last else len(visible.split(","))
+    total = 0
+    for dev in sorted(sysfs_root.glob("neuron[0-9]*")):
+        try:
+            total += int((dev / "core_count").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return total

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -166,3 +166,25 @@ class TPUBackend(PackagedBackend):
             if cmd.env.get(var) == "disabled":
                 del cmd.env[var]
         return cmd
+
+    # build.workers: each build is its own single-host TPU process on its own chips (libtpu's
+    # multi-process variables; one port per process so their runtimes do not collide).
+    device_unit: ClassVar[str] = "TPU chip"
+
+    def build_devices(self, options: Mapping[str, str]) -> int | None:
+        if options.get("chips"):
+            return int(options["chips"])
+        visible = self.env.get("TPU_VISIBLE_CHIPS", "")
+        if visible:
+            return len(visible.split(","))
+        return len(list(Path("/dev").glob("accel[0-9]*"))) or len(list(Path("/dev/vfio").glob("[0-9]*")))
+
+    def device_env(self, ids: Sequence[int]) -> dict[str, str]:
+        port = 8476 + ids[0]
+        return {"TPU_VISIBLE_CHIPS": ",".join(map(str, ids)), "TPU_PROCESS_BOUNDS": "1,1,1",
+                "TPU_CHIPS_PER_PROCESS_BOUNDS": _CHIP_BOUNDS.get(len(ids), f"1,{len(ids)},1"),
+                "TPU_PROCESS_PORT": str(port), "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
+                "CLOUD_TPU_TASK_ID": "0"}
+
+
+_CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
