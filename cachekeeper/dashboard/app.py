@@ -26,7 +26,10 @@ DIFF_LIST_LIMIT = 200
 
 
 def _mb(size: int | float) -> str:
-    return f"{size / 1e6:.1f} MB"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{int(size)} B"
 
 
 def _secs(s: float | None) -> str:
