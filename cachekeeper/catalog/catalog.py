@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 
 from ..errors import ManifestError, UsageError
-from ..manifest import KIND_ENTRY, Manifest
+from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, Manifest
 from ..stores.base import Store
 from . import db, queue, rebuild
 from .models import Base, FingerprintModel, ManifestModel
@@ -246,10 +246,11 @@ def lookup_query(fingerprint_id: str, names: list[str]) -> Select[Any]:
 
 def _fingerprints_query() -> Select[Any]:
     entries = func.count(M.digest).filter(M.kind == KIND_ENTRY)
-    shared = func.count(M.digest).filter(M.kind != KIND_ENTRY)
+    shared = func.count(M.digest).filter(M.kind == KIND_SHARED)
+    captured = func.count(M.digest).filter(M.kind == KIND_CAPTURED)
     size = func.coalesce(func.sum(M.total_size), 0)
     return (select(F.id, F.backend, F.fields, F.first_seen, entries.label("entries"), shared.label("shared"),
-                   size.label("total_size"))
+                   captured.label("captured"), size.label("total_size"))
             .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id).order_by(F.id))
 
 
@@ -287,7 +288,9 @@ def _manifest_values(m: Manifest, store_url: str) -> dict[str, Any]:
         "width": spec.shape.width if spec else None, "batch": spec.shape.batch if spec else None,
         "dtype": spec.dtype if spec else None, "revision": spec.revision if spec else None,
         "total_size": m.total_size, "file_count": len(m.files), "blob_count": len(m.blobs),
-        "store_url": store_url, "spec": spec.to_dict() if spec else None, "build": dict(m.build),
+        "store_url": store_url, "spec": spec.to_dict() if spec else None,
+        # A captured set's provenance (host, time, what it extended) is what `ls --captured` shows.
+        "build": dict(m.provenance or {}) if m.kind == KIND_CAPTURED else dict(m.build),
     }
 
 
@@ -305,7 +308,7 @@ def _catalog_row(r: Row[Any]) -> CatalogRow:
 
 def _fingerprint_row(r: Row[Any]) -> FingerprintRow:
     return FingerprintRow(id=r.id, backend=r.backend, fields=r.fields, first_seen=queue.aware(r.first_seen),
-                          entries=r.entries, shared=r.shared, total_size=int(r.total_size))
+                          entries=r.entries, shared=r.shared, total_size=int(r.total_size), captured=r.captured)
 
 
 def _check_lease(lease_s: float) -> None:

@@ -133,6 +133,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
                  require_all=require_all, threads=threads, trusted=_trusted(trusted_keys))
     if as_json:
         doc = report.to_dict()
+        from ..fleet import hydrate_counts
+        doc["counts"] = hydrate_counts(report.manifests, report.missing)
         if report.missing:   # only on a miss: why, as `cachekeeper explain` says it (store listing, no DB)
             from ..inspection.explain import explain_misses
             labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
@@ -244,14 +246,23 @@ def _rows_json(rows: list[Any]) -> str:
 @click.option("--backend")
 @click.option("--model")
 @click.option("--fingerprint", "fingerprint_id")
+@click.option("--captured", is_flag=True, help="list captured sets (runtime compiles written back), not entries")
 @catalog_option
 @json_option
-def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, catalog_url: str | None,
+def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, captured: bool, catalog_url: str | None,
         as_json: bool) -> None:
     """List cached entries (from the catalog)."""
-    rows = _catalog(catalog_url, None).find(fingerprint_id=fingerprint_id, backend=backend, model=model)
+    from ..manifest import KIND_CAPTURED, KIND_ENTRY
+    rows = _catalog(catalog_url, None).find(fingerprint_id=fingerprint_id, backend=backend, model=model,
+                                            kind=KIND_CAPTURED if captured else KIND_ENTRY)
     if as_json:
         click.echo(_rows_json(rows))
+        return
+    if captured:
+        for r in rows:
+            click.echo(f"{r.fingerprint_id}  {r.name}  {r.backend:<8} captured  {r.total_size / 1e6:8.1f} MB  "
+                       f"{r.file_count} files  host {r.build.get('host', '?')} at {r.build.get('time', '?')}")
+        _say(f"{len(rows)} captured sets")
         return
     for r in rows:
         click.echo(f"{r.fingerprint_id}  {r.name[:12]}  {r.backend:<8} {r.model}/{r.component} {r.mode} "
@@ -296,30 +307,38 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
              fingerprint_id: str | None, store_url: str | None, catalog_url: str | None, no_catalog: bool,
              as_json: bool) -> None:
     """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
-    from ..manifest import manifest_key
+    from ..manifest import KIND_CAPTURED, captured_prefix, manifest_key
 
     config = _load_config(config_path)
     assert config is not None
     names = [backend] if backend else sorted({b for m in config.models for b in m.backends})
     rows: list[dict[str, Any]] = []
+    captured: dict[str, int] = {}  # fingerprint -> captured sets: runtime compiles the config does not prebuild
     for name in names:
         fp_id = fingerprint_id or _local_toolchain(config, name, pairs, device)[1].id
         entries = config.entries({name})
         if no_catalog:
             store = _store(store_url, config)
             built = {e.spec.key for e in entries if store.exists(manifest_key(fp_id, e.spec.key))}
+            captured[fp_id] = sum(1 for k in store.list(captured_prefix(fp_id)) if k.endswith(".json"))
         else:
-            built = set(_catalog(catalog_url, config).lookup(fp_id, [e.spec.key for e in entries]))
+            index = _catalog(catalog_url, config)
+            built = set(index.lookup(fp_id, [e.spec.key for e in entries]))
+            captured[fp_id] = len(index.find(fingerprint_id=fp_id, kind=KIND_CAPTURED))
         rows += [{"backend": name, "fingerprint_id": fp_id, "key": e.spec.key, "entry": e.spec.label(),
                   "built": e.spec.key in built} for e in entries]
     missing = [r for r in rows if not r["built"]]
     if as_json:
-        click.echo(json.dumps({"entries": rows, "missing": len(missing)}))
+        click.echo(json.dumps({"entries": rows, "missing": len(missing), "captured": captured}))
     else:
         for r in rows:
             state = "built  " if r["built"] else "MISSING"
             click.echo(f"{state}  {r['fingerprint_id']}  {r['key'][:12]}  {r['entry']}")
-    _say(f"coverage: {len(rows) - len(missing)}/{len(rows)} entries built")
+        for fp_id, n in sorted(captured.items()):
+            if n:
+                click.echo(f"captured {fp_id}  {n} sets of runtime compiles (`cachekeeper ls --captured`)")
+    _say(f"coverage: {len(rows) - len(missing)}/{len(rows)} entries built"
+         + (f", {sum(captured.values())} captured sets" if any(captured.values()) else ""))
     if missing:
         sys.exit(1)
 
@@ -393,4 +412,5 @@ def stats(catalog_url: str | None, as_json: bool) -> None:
         click.echo(_rows_json(rows))
         return
     for r in rows:
-        click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.total_size / 1e6:10.1f} MB")
+        click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.captured:5d} captured  "
+                   f"{r.total_size / 1e6:10.1f} MB")

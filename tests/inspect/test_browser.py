@@ -86,6 +86,17 @@ def cells(driver: Any) -> dict[tuple[str, str], str]:
     return out
 
 
+def submit(driver: Any, selector: str) -> None:
+    """Click a form's button and wait until the next page replaced this one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.CSS_SELECTOR, selector).click()
+    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(old))
+
+
 def test_the_dashboard_in_chromium_matches_the_catalog_and_filters(
         served: tuple[str, Catalog, list[EntrySpec]], browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
@@ -105,20 +116,20 @@ def test_the_dashboard_in_chromium_matches_the_catalog_and_filters(
     assert console_errors(browser) == []
 
     Select(browser.find_element(By.ID, "filter-model")).select_by_value("small")
-    browser.find_element(By.ID, "apply").click()
+    submit(browser, "#apply")
     assert "model=small" in browser.current_url
     assert set(cells(browser)) == {("small", "64x64x1"), ("small", "128x64x1")}
 
     Select(browser.find_element(By.ID, "filter-model")).select_by_value("")
     Select(browser.find_element(By.ID, "filter-status")).select_by_value("missing")
-    browser.find_element(By.ID, "apply").click()
+    submit(browser, "#apply")
     assert cells(browser) == {("small", "128x64x1"): "missing"}
     assert console_errors(browser) == []
 
     browser.get(url)
     Select(browser.find_element(By.ID, "diff-a")).select_by_value(HOST.id)
     Select(browser.find_element(By.ID, "diff-b")).select_by_value(OTHER.id)
-    browser.find_element(By.CSS_SELECTOR, "#diff-form button").click()
+    submit(browser, "#diff-form button")
     assert "toolchain" in browser.find_element(By.ID, "fields").text
     assert console_errors(browser) == []
 
