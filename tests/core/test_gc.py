@@ -33,3 +33,23 @@ def test_referenced_blobs_stay_and_a_dropped_toolchain_releases_them(tmp_path: P
     assert plan.delete_manifests == [old.key] and plan.delete_blobs == [blob_key(old.blobs[0].digest)]
     run_gc(store, plan)
     assert not store.exists(old.key) and store.exists(new.key) and store.exists(blob_key(new.blobs[0].digest))
+
+
+def test_debris_of_killed_publishers_waits_out_the_grace_window_then_goes() -> None:
+    from cachekeeper.stores.base import Debris
+
+    old = Debris("blobs/sha256/aa/.x.1.2.ck-tmp", "temp", NOW - 7200, 10)
+    young = Debris("blobs/sha256/bb/big", "multipart", NOW - 60, upload_id="u1")
+    plan = plan_gc({}, [], set(), min_age=3600, now=NOW, debris=[young, old])
+    assert plan.delete_debris == [old] and plan.young_debris == 1
+
+
+def test_gc_run_removes_a_killed_publishers_temp_file_from_a_file_store(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "store")
+    tmp = tmp_path / "store" / "blobs" / "sha256" / "ab" / ".abcd.123.456.ck-tmp"
+    tmp.parent.mkdir(parents=True)
+    tmp.write_bytes(b"half a blob")
+    plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(), min_age=0, debris=store.list_debris())
+    assert [d.key for d in plan.delete_debris] == ["blobs/sha256/ab/.abcd.123.456.ck-tmp"]
+    run_gc(store, plan)
+    assert not tmp.exists()

@@ -52,7 +52,39 @@ def _invalid_key_ops(tmp: Path) -> dict[str, Callable[[Store, str], Any]]:
     }
 
 
-class StoreConformance:
+class DebrisConformance:
+    """Mixed into StoreConformance: batch existence checks, and the debris a killed publisher leaves."""
+
+    def leave_debris(self, store: Store, tmp_path: Path) -> str | None:
+        """Leave what a publisher killed mid-write leaves in this store and return its key; None when this
+        store's writes leave nothing listable (its `debris_note` then says what expires by itself)."""
+        return None
+
+    def test_sizes_answers_many_keys_in_one_call(self, store: Store) -> None:
+        for i in range(5):
+            store.put_bytes(f"s/{i}", b"x" * i)
+        assert store.sizes([f"s/{i}" for i in range(5)] + ["s/missing"]) == {
+            **{f"s/{i}": i for i in range(5)}, "s/missing": None}
+        assert store.sizes([]) == {}
+
+    def test_a_fresh_store_has_no_debris(self, store: Store) -> None:
+        assert list(store.list_debris()) == []
+
+    def test_debris_of_a_killed_publisher_is_listed_apart_from_objects_and_removed(self, store: Store,
+                                                                                   tmp_path: Path) -> None:
+        key = self.leave_debris(store, tmp_path)
+        if key is None:
+            assert store.debris_note or type(store).__name__ == "MemoryStore", "say what expires by itself"
+            pytest.skip(f"{type(store).__name__} writes leave nothing listable: {store.debris_note}")
+        [item] = list(store.list_debris())
+        assert item.key == key and time.time() - 300 < item.mtime <= time.time() + 5
+        assert key not in set(store.list()) and key not in {o.key for o in store.list_info()}
+        store.delete_debris(item)
+        assert list(store.list_debris()) == []
+        store.delete_debris(item)   # gone already: not an error
+
+
+class StoreConformance(DebrisConformance):
     # The test-only memory store writes a download in one piece; every real store must stream.
     streams_downloads = True
     # Operations a store is known not to validate keys for (a strict xfail: fixing the store fails it).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,16 @@ class TestFileStore(StoreConformance):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Store:
         return open_store(f"file://{tmp_path / 'store'}")
+
+    def leave_debris(self, store: Store, tmp_path: Path) -> str | None:
+        # A real writer killed (SIGKILL) halfway through writing a blob.
+        assert isinstance(store, FileStore)
+        code = ("import os, sys; from pathlib import Path; from cachekeeper.fsutil import atomic_writer\n"
+                "with atomic_writer(Path(sys.argv[1])) as f:\n"
+                "    f.write(b'partial'); f.flush(); os.kill(os.getpid(), 9)")
+        subprocess.run([sys.executable, "-c", code, str(store.root / "blobs/sha256/ab/abcd")], check=False, timeout=60)
+        [tmp] = (store.root / "blobs/sha256/ab").iterdir()
+        return tmp.relative_to(store.root).as_posix()
 
 
 def test_a_plain_path_opens_a_file_store(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from cachekeeper.stores import open_store
+from cachekeeper.stores import Store, open_store
 from cachekeeper.stores.s3 import S3Store
 from tests.harness.seaweedfs import S3Server
 
@@ -19,6 +19,15 @@ from .conformance import LARGE, URLStoreConformance, assert_opening_is_lazy
 @pytest.mark.services
 class TestS3Store(URLStoreConformance):
     url_fixture = "s3_store_url"
+
+    def leave_debris(self, store: Store, tmp_path: Path) -> str | None:
+        # A publisher killed inside a multipart upload: the upload stays open, its parts billed.
+        assert isinstance(store, S3Store)
+        key = "blobs/sha256/ab/large"
+        upload = store._client().create_multipart_upload(Bucket=store.bucket, Key=store._key(key))
+        store._client().upload_part(Bucket=store.bucket, Key=store._key(key), UploadId=upload["UploadId"],
+                                    PartNumber=1, Body=b"part one")
+        return key
 
 
 def _bucket(url: str) -> str:

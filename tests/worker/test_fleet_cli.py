@@ -203,3 +203,19 @@ def test_a_shard_index_out_of_range_is_one_line(fleet: Fleet) -> None:
     proc = fleet.run("prebuild", str(fleet.config), "--shard", "4", ok=False, JOB_COMPLETION_INDEX="4")
     assert proc.returncode == 2
     assert "JOB_COMPLETION_INDEX=4: shard index 4 is out of range 0..3" in one_error_line(proc)
+
+
+# --- store debris ------------------------------------------------------------------------------------
+
+
+def test_gc_plans_then_removes_the_temp_file_of_a_publisher_killed_mid_write(fleet: Fleet) -> None:
+    fleet.run("prebuild", str(fleet.config))
+    tmp = fleet.tmp / "home" / "store" / "blobs" / "sha256" / "ab" / ".abcd.4242.17.ck-tmp"
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(b"half a blob")
+    assert "ck-tmp" not in fleet.run("gc").stdout               # young: a publish may still be writing it
+    plan = fleet.run("gc", "--min-age", "0")
+    assert "would delete  blobs/sha256/ab/.abcd.4242.17.ck-tmp" in plan.stdout and tmp.exists()
+    fleet.run("gc", "--min-age", "0", "--run")
+    assert not tmp.exists()
+    fleet.run("verify", "--deep")
