@@ -50,9 +50,10 @@ class FingerprintRow:
     backend: str
     fields: Mapping[str, str]
     first_seen: datetime
-    entries: int        # manifests of kind "entry"
+    entries: int        # manifests of kind "entry" (prebuilt)
     shared: int         # manifests of kind "shared"
     total_size: int     # bytes over all its manifests
+    captured: int = 0   # manifests of kind "captured": runtime compiles serving hosts wrote back
 
 
 @dataclass(frozen=True)
