@@ -7,11 +7,11 @@ entries, reading the other toolchains' manifests straight from the store listing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ManifestError, ObjectNotFound
+from ..errors import CachekeeperError, ManifestError, ObjectNotFound
 from ..fingerprint import Fingerprint
 from ..manifest import Manifest, manifest_key
 from ..stores.base import Store
@@ -143,10 +143,14 @@ def explain_from_store(store: Store, host: Fingerprint, names: Sequence[str],
     return out
 
 
-def explain_misses(store: Store, host: Fingerprint, names: Sequence[str],
-                   labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Hydrate's `--json` hook: the same explanation `cachekeeper explain` prints, for each missed entry."""
-    return [e.to_dict() for e in explain_from_store(store, host, names, labels)]
+def explain_misses(open_store: Callable[[], Store], host: Fingerprint, names: Sequence[str],
+                   labels: Mapping[str, str] | None = None) -> list[dict[str, Any]] | str:
+    """Hydrate's `--json` hook: the same explanation `cachekeeper explain` prints, for each missed entry.
+    Informative only: a store failure here yields its one-line message, never a failed boot."""
+    try:
+        return [e.to_dict() for e in explain_from_store(open_store(), host, names, labels)]
+    except CachekeeperError as exc:
+        return f"unavailable: {exc.message}"
 
 
 def _read_fingerprint(store: Store, fp_id: str, name: str) -> Fingerprint | None:
