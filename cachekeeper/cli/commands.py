@@ -135,10 +135,10 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         doc = report.to_dict()
         from ..fleet import hydrate_counts
         doc["counts"] = hydrate_counts(report.manifests, report.missing)
-        if report.missing:   # only on a miss: why, as `cachekeeper explain` says it (store listing, no DB)
+        if report.missing and not report.incomplete:   # why each miss, as `explain` says it (no DB)
             from ..inspection.explain import explain_misses
             labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
-            doc["explanations"] = explain_misses(_store(store_url, config), fp, report.missing, labels)
+            doc["explanations"] = explain_misses(lambda: _store(store_url, config), fp, report.missing, labels)
         click.echo(json.dumps(doc))
     if print_env:
         for var, value in exports.items():
