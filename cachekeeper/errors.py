@@ -125,6 +125,32 @@ class LockBusy(CachekeeperError):
     hint = "another cachekeeper process holds the lock; wait for it or pass a longer --lock-timeout"
 
 
+class StoreRetryable(StoreError):
+    """One read attempt failed in a way another attempt may not (reset, stall, short body, 5xx): the
+    resumable reader retries it within the deadline; it reaches the user only once retries are spent."""
+
+    hint = "the store kept failing mid-transfer; check its health, or rerun (hydrate resumes)"
+
+
+class HydrateIncomplete(CachekeeperError):
+    """The deadline ran out or the store failed: what was placed and verified is kept and recorded."""
+
+    exit_code = 11
+    hint = "rerun to fetch the rest (placed files are kept), or pass --best-effort to boot and compile the rest"
+
+
+# --- prebuild fleet --------------------------------------------------------------------------------
+
+
+class QueuePayloadError(CatalogError):
+    hint = "run the same cachekeeper release on every prebuild worker of one catalog"
+
+
+class BuildsInProgress(CachekeeperError):
+    exit_code = 13
+    hint = "other workers hold these entries under live leases; rerun with --wait to wait for them"
+
+
 # --- runtime-miss capture --------------------------------------------------------------------------
 
 
@@ -139,15 +165,3 @@ class StoreWriteDenied(StoreAuthError):
     """The store answers reads but refuses writes; the message names the permission a writer needs."""
 
     hint = "grant this host write access to the store (blobs/, signatures/, manifests/)"
-
-
-# --- prebuild fleet --------------------------------------------------------------------------------
-
-
-class QueuePayloadError(CatalogError):
-    hint = "run the same cachekeeper release on every prebuild worker of one catalog"
-
-
-class BuildsInProgress(CachekeeperError):
-    exit_code = 13
-    hint = "other workers hold these entries under live leases; rerun with --wait to wait for them"

@@ -10,7 +10,9 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -49,23 +51,85 @@ def ensure_dir(path: Path) -> None:
         raise DestinationError(f"cannot create directory {path}: {exc.strerror}") from None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new child) durable; best effort where unsupported."""
     with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
 
+_fsync_dir = fsync_dir
+_seq = itertools.count()
+
+
+def temp_path(path: Path, tag: str | None = None) -> Path:
+    """`.<name>.<tag>.<n>.ck-tmp` beside `path`. `tag` names the writer (default: its pid) so a sweep
+    can tell a live writer's file from a dead one's; the name part is cut so the temp name stays
+    within NAME_MAX whatever the final name's length."""
+    stem = path.name.encode()[:64].decode(errors="ignore")
+    return path.with_name(f".{stem}.{tag or os.getpid()}.{time.monotonic_ns()}{next(_seq)}{TMP_SUFFIX}")
+
+
+def temp_tag(name: str) -> str | None:
+    """The writer tag of a temp file name (None if it is not one of ours)."""
+    if not name.endswith(TMP_SUFFIX):
+        return None
+    parts = name[:-len(TMP_SUFFIX)].rsplit(".", 2)
+    return parts[1] if len(parts) == 3 else None
+
+
+class AtomicFile:
+    """A temp file beside `path` that becomes `path` on `commit()`; `abort()` (or a crash) leaves only
+    a temp file a later sweep removes. Every OS failure is a one-line DestinationError."""
+
+    def __init__(self, path: Path, tag: str | None = None) -> None:
+        self.path = path
+        self.tmp = temp_path(path, tag)
+        try:
+            self.f: BinaryIO = open(self.tmp, "xb")  # noqa: SIM115 - closed by commit/abort
+        except OSError as exc:
+            raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.f.write(data)
+        except OSError as exc:
+            self.abort()
+            raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
+
+    def commit(self, *, fsync: bool) -> os.stat_result:
+        """Rename into place (atomically replacing a file or a symlink there, never following it);
+        with `fsync`, the data is on disk first. Returns the placed file's lstat."""
+        try:
+            self.f.flush()
+            if fsync:
+                os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.path)
+            return os.lstat(self.path)
+        except OSError as exc:
+            self.abort()
+            raise DestinationError(f"cannot place {self.path}: {exc.strerror}") from None
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
 @contextlib.contextmanager
-def atomic_writer(path: Path, *, exclusive: bool = False, durable: bool = True) -> Iterator[BinaryIO]:
+def atomic_writer(path: Path, *, exclusive: bool = False, durable: bool = True,
+                  tag: str | None = None) -> Iterator[BinaryIO]:
     """Yield a file that becomes `path` only if the block finishes without raising.
 
     `exclusive=True` refuses to replace an existing file (immutable objects): it raises FileExistsError.
     """
     ensure_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}{TMP_SUFFIX}")
+    tmp = temp_path(path, tag)
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
     except OSError as exc:
@@ -109,16 +173,96 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def sweep_temp(root: Path) -> int:
-    """Remove temp files a killed writer left under `root`; returns how many."""
+def new_tag() -> str:
+    """A writer tag for one run: never all digits (those are pids, the default tag)."""
+    return f"r{os.getpid()}x{secrets.token_hex(4)}"
+
+
+class LiveTag:
+    """Holds `<live>/<tag>.lock` under flock while a run writes temp files tagged `tag`: a sweep by
+    another process sees the lock held and leaves those files alone; the kernel drops it on kill -9."""
+
+    def __init__(self, live: Path, tag: str) -> None:
+        self.path = live / f"{tag}.lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> LiveTag:
+        ensure_dir(self.path.parent)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise DestinationError(f"cannot create {self.path}: {exc.strerror}") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh random name: nobody else holds it
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _writer_alive(tag: str, live: Path | None) -> bool:
+    if tag.isdigit():  # the default tag: a pid (a reused pid only delays a sweep)
+        try:
+            os.kill(int(tag), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+        return True
+    if live is None:
+        return False
+    lock = live / f"{tag}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return False  # no lock file: its writer finished or died and was swept
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock we just took
+    with contextlib.suppress(OSError):
+        os.unlink(lock)
+    return False
+
+
+def sweep_temp(root: Path, live: Path | None = None, own: str | None = None) -> int:
+    """Remove temp files killed writers left under `root`; returns how many.
+
+    A root several runs share (a per-host header dir) passes `live`, the directory of `LiveTag` locks:
+    a temp file whose writer still holds its lock (or whose pid tag is a live process) is left alone,
+    so one run's sweep never deletes another's in-flight file. `own`: this run's tag, never swept.
+    """
     n = 0
     if not root.exists():
         return 0
-    for p in root.rglob(f"*{TMP_SUFFIX}"):
+    verdicts: dict[str, bool] = {}
+    found = (Path(d) / f for d, _, files in os.walk(root) for f in files if f.endswith(TMP_SUFFIX))
+    for p in found:  # os.walk skips directories removed under it: other runs share this tree
+        tag = temp_tag(p.name)
+        if tag is not None and live is not None:
+            if tag == own:
+                continue
+            if tag not in verdicts:
+                verdicts[tag] = _writer_alive(tag, live)
+            if verdicts[tag]:
+                continue
         with contextlib.suppress(OSError):
             p.unlink()
             n += 1
     return n
+
+
+def lstat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
 
 
 class FileLock:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,8 +122,12 @@ class Manifest:
     @classmethod
     def from_bytes(cls, data: bytes, *, source: str = "manifest") -> Manifest:
         """Parse and validate; every path is checked here so nothing downstream sees a hostile one."""
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{source}: {len(data)} bytes, more than a manifest may be ({MAX_MANIFEST_BYTES})")
         try:
-            d = json.loads(data)
+            d = _loads(data)
+            if not isinstance(d, dict):
+                raise ManifestError(f"{source}: not a JSON object")
             if d.get("schema") not in (SCHEMA, SCHEMA_CAPTURED):
                 raise ManifestError(f"{source}: unknown manifest schema {d.get('schema')!r}")
             if d.get("schema") != schema_for(d.get("kind", "")):
@@ -128,18 +135,20 @@ class Manifest:
             fp = Fingerprint.from_dict(d["fingerprint"])
             if d.get("fingerprint_id") != fp.id:
                 raise ManifestError(f"{source}: fingerprint id does not match its fields")
-            files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), int(f["size"]),
-                                     str(f["sha256"]), str(f["blob"]), int(f.get("offset", 0)))
+            files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), _size(f["size"]),
+                                     _digest(f["sha256"]), _digest(f["blob"]), _size(f.get("offset", 0)))
                           for f in d["files"])
-            blobs = tuple(BlobRecord(str(b["digest"]), int(b["size"]), bool(b["packed"])) for b in d["blobs"])
+            blobs = tuple(BlobRecord(_digest(b["digest"]), _size(b["size"]), bool(b["packed"])) for b in d["blobs"])
             spec = EntrySpec.from_dict(d["spec"]) if d.get("spec") else None
             m = cls(kind=d["kind"], name=str(d["name"]), fingerprint=fp, files=files, blobs=blobs,
                     spec=spec, requires=tuple(d.get("requires", ())), build=dict(d.get("build") or {}),
                     provenance=dict(d["provenance"]) if d.get("kind") == KIND_CAPTURED else None)
         except ManifestError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ManifestError(f"{source}: malformed manifest ({type(exc).__name__}: {exc})") from None
+        except RecursionError:
+            raise ManifestError(f"{source}: JSON nested too deeply") from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise ManifestError(f"{source}: malformed manifest ({type(exc).__name__}: {exc})".splitlines()[0]) from None
         m.validate(source)
         return m
 
@@ -149,6 +158,7 @@ class Manifest:
             raise ManifestError(f"{source}: unknown manifest kind {self.kind!r}")
         sizes = {b.digest: b for b in self.blobs}
         seen: set[tuple[str, str]] = set()
+        check_placement_paths(self.files, source)
         for f in self.files:
             safe_relpath(f.root)
             blob = sizes.get(f.blob)
@@ -165,3 +175,83 @@ class Manifest:
             raise ManifestError(f"{source}: a captured set is named captured/<16 hex>, and only a captured set")
         if self.kind == KIND_CAPTURED and (self.spec is not None or self.requires):
             raise ManifestError(f"{source}: a captured set has no spec and requires nothing")
+
+
+# --- bounded input: a manifest comes from a store we may not trust ---------------------------------
+
+MAX_MANIFEST_BYTES = 64 << 20    # ~300k files; anything larger is refused before parsing
+MAX_JSON_DEPTH = 32              # manifests nest 5 deep; deeper is hostile
+MAX_SIZE = 1 << 44               # 16 TiB: a bound for sizes and offsets, so no arithmetic overflows a report
+NAME_MAX = 255                   # bytes per path component (Linux)
+PATH_MAX = 4095                  # bytes per relative path
+RESERVED_DIR = ".cachekeeper"    # hydrate's state dir in every root: no manifest path may enter it
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a manifest may hold")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is out of range")
+    return value
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth, giving up (returning > limit) as soon as the limit is passed."""
+    if limit < 0:
+        return 1
+    if isinstance(value, dict):
+        return 1 + max((_depth(v, limit - 1) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v, limit - 1) for v in value), default=0)
+    return 0
+
+
+def _loads(data: bytes) -> Any:
+    doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    if _depth(doc, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise ManifestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return doc
+
+
+def _size(value: Any) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_SIZE:
+        raise ValueError(f"{str(value)[:24]!r} is not a size or offset (an integer from 0 to {MAX_SIZE})")
+    return value
+
+
+def _digest(value: Any) -> str:
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise ValueError(f"{str(value)[:24]!r} is not a sha256 digest")
+    return value
+
+
+def check_placement_paths(files: Iterable[FileRecord], source: str) -> None:
+    """Paths hydrate can place on any Linux filesystem without surprises: within NAME_MAX/PATH_MAX, out
+    of the state dir, never a temp name, no two that one normalisation (NFC) makes equal, and no path
+    that is a file in one record and a directory in another."""
+    from .errors import UnsafePath
+    from .fsutil import TMP_SUFFIX
+
+    normal: set[tuple[str, str]] = set()
+    file_paths: set[tuple[str, str]] = set()
+    dirs: set[tuple[str, str]] = set()
+    for f in files:
+        parts = f.path.split("/")
+        if len(f.path.encode()) > PATH_MAX or any(len(p.encode()) > NAME_MAX for p in parts):
+            raise UnsafePath(f"{source}: path longer than the filesystem allows: {f.path[:60]!r}…")
+        if parts[0] == RESERVED_DIR or any(p.endswith(TMP_SUFFIX) for p in parts):
+            raise UnsafePath(f"{source}: path in cachekeeper's reserved names: {f.path!r}")
+        nfc = (f.root, unicodedata.normalize("NFC", f.path))
+        if nfc in normal:
+            raise ManifestError(f"{source}: {f.path!r} is listed twice (equal after Unicode normalisation)")
+        normal.add(nfc)
+        file_paths.add((f.root, f.path))
+        for i in range(1, len(parts)):
+            dirs.add((f.root, "/".join(parts[:i])))
+    clash = sorted(file_paths & dirs)
+    if clash:
+        raise ManifestError(f"{source}: {clash[0][1]!r} is both a file and a directory")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from . import cli
+from .hydrate_output import progress_line, summarize
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -102,11 +103,17 @@ def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str,
 @click.option("--threads", default=16, show_default=True)
 @click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
               help="accept only manifests signed by this ed25519 public key [env CACHEKEEPER_TRUSTED_KEYS]")
+@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), envvar="CACHEKEEPER_DEADLINE",
+              metavar="SECONDS", help="bound the whole hydrate, a stalled store included; then keep what is "
+              "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
+@click.option("--best-effort", is_flag=True, envvar="CACHEKEEPER_BEST_EFFORT",
+              help="when the deadline runs out or the store fails, warn, print the env and exit 0 "
+              "(the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
 @json_option
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
-            trusted_keys: tuple[str, ...], as_json: bool) -> None:
+            trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..hydrate import hydrate as run
     from ..hydrate.resolve import Pin, read_lockfile
@@ -125,12 +132,13 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
                                 "regenerate the lockfile on a host like this one (`cachekeeper lock`)")
     if config is not None and pins is None:
         entries = _only_shapes(config.entries({name}, set(models) or None), shapes, config.source)
-        pins = [Pin(e.spec.key) for e in entries]
+        pins = [Pin(e.spec.key, kind="entry") for e in entries]
     target = Path(dest) if dest else default_home() / "hydrated" / f"{name}-{fp.id}"
     exports = be.env_exports(target.absolute())  # before any download: it refuses env that would ignore the dir
     report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
                  extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
-                 require_all=require_all, threads=threads, trusted=_trusted(trusted_keys))
+                 require_all=require_all, threads=threads, trusted=_trusted(trusted_keys),
+                 deadline=deadline, best_effort=best_effort, progress=progress_line())
     if as_json:
         doc = report.to_dict()
         from ..fleet import hydrate_counts
@@ -146,9 +154,9 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     if report.missing:
         _say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {fp.id}; "
              "they will compile at first use (`cachekeeper coverage` lists them)")
-    _say("hydrate: " + ("already in place" if report.noop else
-         f"{report.files_fetched} files ({report.bytes_fetched / 1e6:.1f} MB) fetched, "
-         f"{report.files_total} in place") + f" -> {report.dest} ({report.seconds:.2f}s)")
+    if report.incomplete:
+        _say(f"warning: hydrate incomplete ({report.incomplete}); the server compiles what is missing")
+    summarize(report)
 
 
 def _only_shapes(entries: list[PlannedEntry], shapes: tuple[str, ...], source: str) -> list[PlannedEntry]:

@@ -8,25 +8,35 @@ state file still matches the disk returns without opening the store.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import DestinationError, NothingToHydrate, ToolchainMismatch
+from ..errors import (
+    DestinationError,
+    HydrateIncomplete,
+    NothingToHydrate,
+    StoreError,
+    ToolchainMismatch,
+    UnsafePath,
+)
 from ..fingerprint import Fingerprint
-from ..fsutil import FileLock, ensure_dir, sweep_temp
+from ..fsutil import FileLock, LiveTag, ensure_dir, lstat_or_none, new_tag, sweep_temp
 from ..manifest import Manifest
 from ..stores.base import Store
+from ..stores.reader import Deadline
 
 if TYPE_CHECKING:
     from ..signing import PublicKey
     from .fetch import FetchStats
 from .plan import plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
-from .state import STATE_DIR, PlacedFile, State, load_state, save_state, stat_matches, state_dir
+from .state import STATE_DIR, PlacedFile, State, file_key, load_state, save_state, stat_matches, state_dir
 
 __all__ = ["HydrateReport", "hydrate"]
 
@@ -43,6 +53,9 @@ class HydrateReport:
     bytes_fetched: int = 0
     files_verified_local: int = 0
     seconds: float = 0.0
+    retries: int = 0                     # read attempts retried (resets, stalls, 5xx)
+    deadline_left: float | None = None   # seconds of the --deadline budget left at the end
+    incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -51,11 +64,43 @@ class HydrateReport:
 
 
 def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
+    """What is at a target now, never following a symlink there."""
     def probe(path: Path, placed: PlacedFile | None) -> str:
+        st = lstat_or_none(path)
+        if st is None or stat.S_ISLNK(st.st_mode):
+            return "missing"  # a symlink is replaced by the rename (atomically), never followed or adopted
+        if stat.S_ISDIR(st.st_mode):
+            raise DestinationError(f"{path} is a directory where a manifest places a file",
+                                   "remove it, or hydrate into a fresh directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise DestinationError(f"{path} is a FIFO, socket or device where a manifest places a file; "
+                                   "hydrate does not replace it", "remove it, or hydrate into a fresh directory")
         if placed is not None and not verify and stat_matches(path, placed):
             return "ok"
-        return "check" if path.exists() else "missing"
+        return "check"
     return probe
+
+
+def _parent_checker() -> Callable[[Path, str], None]:
+    """Every directory between a root and a target must be a real directory: writing through a
+    symlink could land anywhere, and a file in the way is a conflict found before any fetch."""
+    seen: set[Path] = set()
+
+    def check(root: Path, rel: str) -> None:
+        d = root
+        for part in rel.split("/")[:-1]:
+            d = d / part
+            if d in seen:
+                continue
+            st = lstat_or_none(d)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise UnsafePath(f"{d} is a symlink; hydrate never writes through one",
+                                 "remove the symlink, or hydrate into a fresh directory")
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                raise DestinationError(f"{d} is a file where a manifest needs a directory",
+                                       "remove it, or hydrate into a fresh directory")
+            seen.add(d)
+    return check
 
 
 def _prepare_dest(dest: Path) -> None:
@@ -92,17 +137,22 @@ def _still_in_place(state: State, pins: list[Pin], trusted_ids: set[str]) -> boo
 def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: Path,
             extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
             verify: bool = False, require_all: bool = False, threads: int = 16,
-            trusted: tuple[PublicKey, ...] = ()) -> HydrateReport:
+            trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
+            progress: Callable[[FetchStats], None] | None = None) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
+    `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
+    fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
+    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest).
     """
     t0 = time.monotonic()
+    budget = Deadline(deadline)
     dest = dest.absolute()
     _prepare_dest(dest)
     report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
-    with FileLock(state_dir(dest) / "lock"):
+    with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
@@ -110,42 +160,101 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
-            report.seconds = time.monotonic() - t0
-            return report
+            return _finish(report, t0, budget)
         if state is None:
             # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
             # midway is resumed (present files verified and adopted) rather than refused as foreign.
             state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                           roots={k: str(v) for k, v in roots.items()})
             save_state(dest, state)
-        for root in roots.values():
-            sweep_temp(root)  # leftovers of a killed hydrate; never visible under a real name
-        from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
+        with contextlib.ExitStack() as stack:
+            tag = _claim_roots(stack, dest, roots, budget)
+            from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
-        store = open_store()
-        manifests = _resolve(store, fingerprint, pins, models, report, require_all, trusted)
-        plan = plan_hydrate(manifests, roots, state, _probe(verify))
-        placed, stats = execute(store, plan, threads)
-        if stats.files:
-            os.sync()  # one flush for all files, before the state file says they are there
-        broken = {m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)}
-        applied = [m for m in manifests if m.name not in broken]  # broken ones are retried next time
-        _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
-        _fill(report, applied, stats, len(plan.keep) + len(placed))
-        report.missing += sorted(broken)
+            try:
+                store, manifests = budget.run(
+                    lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
+                                              budget),
+                    "reading manifests")
+            except (StoreError, HydrateIncomplete) as exc:
+                if not best_effort:
+                    raise
+                report.incomplete = exc.message  # nothing placed: the server compiles what it needs
+                return _finish(report, t0, budget)
+            plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker())
+            placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
+                                    roots=roots.values())
+            have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
+            applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
+            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
+        _fill(report, applied, stats, len(have))
+        broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
+        report.missing += broken
+        if stats.fatal is not None:
+            raise stats.fatal
+        if stats.incomplete:
+            why = _incomplete_reason(store.url, stats, budget, len(plan.fetch))
+            if not best_effort:
+                raise HydrateIncomplete(why)
+            report.incomplete = why
         if broken and require_all:
-            raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(sorted(broken))})",
+            raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
                                    "run `cachekeeper verify`, then prebuild the affected entries again")
+    return _finish(report, t0, budget)
+
+
+def _lock_wait(budget: Deadline) -> float:
+    left = budget.left()
+    return 600.0 if left is None else max(0.0, left)
+
+
+def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Path], budget: Deadline) -> str:
+    """Mark this run live in every root, then sweep what killed runs left. A root outside `dest` (a
+    per-host header dir several hydrates share) is swept under its own lock, and only of temp files
+    whose writer is gone: a sweep never deletes another live hydrate's in-flight file."""
+    tag = new_tag()
+    for root in dict.fromkeys(roots.values()):
+        ensure_dir(root)
+        stack.enter_context(LiveTag(state_dir(root) / "live", tag))
+    for root in dict.fromkeys(roots.values()):
+        live = state_dir(root) / "live"
+        if root == dest:
+            sweep_temp(root, live, own=tag)  # under the dest lock, held by the caller
+        else:
+            with FileLock(state_dir(root) / "lock", timeout=_lock_wait(budget)):
+                sweep_temp(root, live, own=tag)
+    return tag
+
+
+def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
+                      models: set[str] | None, report: HydrateReport, require_all: bool,
+                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest]]:
+    store = open_store()
+    return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget)
+
+
+def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: int) -> str:
+    kept = f"{stats.files} files placed and kept"
+    if stats.timed_out:
+        return f"the deadline of {budget.seconds:g}s ran out before every blob came from {url}; {kept}"
+    first = next(iter(stats.failed.values()))
+    return f"{len(stats.failed)} of {wanted} blobs could not be fetched ({first}); {kept}"
+
+
+def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport:
     report.seconds = time.monotonic() - t0
+    left = budget.left()
+    report.deadline_left = None if left is None else max(0.0, round(left, 3))
     return report
 
 
 def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
-             report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...]) -> list[Manifest]:
+             report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
+             budget: Deadline | None = None) -> list[Manifest]:
     if pins is None:
         entries = list_entries(store, fingerprint, models, trusted)
     else:
-        entries, report.missing = fetch_manifests(store, fingerprint, pins, trusted)
+        entries, report.missing = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
     if not entries or (require_all and report.missing):
         what = f"lacks {len(report.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
         others = other_toolchains(store, fingerprint.backend, fingerprint)
@@ -177,3 +286,4 @@ def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, t
     report.files_fetched = stats.files
     report.bytes_fetched = stats.bytes
     report.files_verified_local = stats.verified_local
+    report.retries = stats.retries

@@ -1,21 +1,45 @@
-"""Execute a hydrate plan: parallel fetch, verify every byte, temp-then-rename into place."""
+"""Execute a hydrate plan: stream every blob into place, verify every byte, temp-then-rename.
+
+Memory does not grow with the cache: each worker holds at most one read chunk (`READ_CHUNK`), and a
+pack streams straight into its member files (each verified by its own sha256 before its rename), so
+bytes in flight are at most `threads * READ_CHUNK` whatever the pack, blob or cache size.
+
+Every read runs under the hydrate's deadline and resumes from the last byte received after a reset or a
+stall (`stores/reader.py`). When the deadline runs out or the store fails, what was placed so far is
+returned (each file is complete and verified), so the caller records it and a rerun fetches the rest.
+Durability is bounded to our own files: each is fsynced before its rename, and the directories we
+changed are fsynced at the end, before the state file says the files are there (no global sync).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from pathlib import Path
+from typing import TypeVar
 
-from ..errors import IntegrityError, ObjectNotFound
-from ..fsutil import atomic_write_bytes, atomic_writer, sha256_file
+from ..errors import (
+    CachekeeperError,
+    DestinationError,
+    HydrateIncomplete,
+    IntegrityError,
+    ObjectNotFound,
+    StoreError,
+)
+from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
 from ..manifest import blob_key
 from ..stores.base import Store
+from ..stores.reader import Counter, Deadline, read_into
 from .plan import HydratePlan, Placement, coalesce
 from .state import PlacedFile
 
 FETCH_THREADS = 16
+GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway
+T = TypeVar("T")
 
 
 @dataclass
@@ -24,100 +48,303 @@ class FetchStats:
     bytes: int = 0
     verified_local: int = 0
     missing_blobs: set[str] = field(default_factory=set)   # named by a manifest, gone from the store
+    retries: int = 0
+    failed: dict[str, str] = field(default_factory=dict)   # blob digest -> why the store could not serve it
+    fatal: CachekeeperError | None = None                  # corrupt bytes or an unwritable destination
+    timed_out: bool = False
+    bytes_received: int = 0                                # progress, including files not yet finished
+    files_planned: int = 0
+    bytes_planned: int = 0
+
+    @property
+    def incomplete(self) -> bool:
+        return self.timed_out or bool(self.failed)
 
 
-class _HashingWriter:
-    """Wraps the temp file: hashes what is written so the digest is checked before the rename."""
+class _Run:
+    """What the workers of one execute() share: the store, the budget, and what they placed."""
 
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
+    def __init__(self, store: Store, deadline: Deadline, tag: str | None) -> None:
+        self.store = store
+        self.deadline = deadline
+        self.tag = tag
+        self.counter = Counter()
+        self.lock = threading.Lock()
+        self.placed: dict[str, PlacedFile] = {}
+        self.stats = FetchStats()
+        self.dirs: set[Path] = set()
+
+    def place(self, p: Placement, st: os.stat_result, fetched: bool = True) -> None:
+        with self.lock:
+            self.placed[f"{p.record.root}/{p.record.path}"] = PlacedFile(p.record.sha256, st.st_size, st.st_mtime_ns)
+            if fetched:
+                self.stats.files += 1
+                self.stats.bytes += p.record.size
+                self.dirs.add(p.target.parent)
+            else:
+                self.stats.verified_local += 1
+
+    def open(self, p: Placement) -> AtomicFile:
+        ensure_dir(p.target.parent)
+        return AtomicFile(p.target, self.tag)
+
+    def read(self, digest: str, sink: Callable[[bytes], None], start: int, length: int, total: int) -> None:
+        def counted(chunk: bytes) -> None:
+            self.stats.bytes_received += len(chunk)  # progress only: an unlocked counter is close enough
+            sink(chunk)
+
+        read_into(self.store, blob_key(digest), counted, start=start, length=length, total=total,
+                  deadline=self.deadline, counter=self.counter)
+
+
+def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what: str) -> None:
+    if actual != p.record.sha256:
+        out.abort()
+        raise IntegrityError(f"{what} for {p.record.path} failed verification")
+    run.place(p, out.commit(fsync=True))
+
+
+def _copy_placed(run: _Run, src: Placement, p: Placement) -> None:
+    """The same bytes at another path (identical files share a blob): copied locally, re-verified."""
+    out = run.open(p)
+    h = hashlib.sha256()
+    try:
+        with open(src.target, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        out.abort()
+        raise DestinationError(f"cannot read back {src.target}: {exc.strerror}") from None
+    _verified_commit(run, p, out, h.hexdigest(), "copy")
+
+
+def _fetch_single(run: _Run, digest: str, size: int, members: list[Placement]) -> None:
+    first, *rest = members
+    out = run.open(first)
+    h = hashlib.sha256()
+
+    def sink(chunk: bytes) -> None:
+        h.update(chunk)
+        out.write(chunk)
+
+    try:
+        if size:
+            run.read(digest, sink, 0, size, size)
+    except BaseException:
+        out.abort()
+        raise
+    _verified_commit(run, first, out, h.hexdigest(), f"blob {digest[:12]}…")
+    for p in rest:
+        _copy_placed(run, first, p)
+
+
+class _PackSink:
+    """Consumes a pack's bytes from `pos` on and splits them into member files as they stream by:
+    gaps are dropped, each member is verified and renamed the moment its last byte arrives."""
+
+    def __init__(self, run: _Run, pos: int, members: list[Placement]) -> None:
+        self.run = run
+        self.pos = pos
+        self.members = members   # sorted by offset, not overlapping
+        self.i = 0
+        self.out: AtomicFile | None = None
         self.hash = hashlib.sha256()
 
-    def write(self, data: bytes) -> int:
-        self.hash.update(data)
-        return self.out.write(data)
+    def _finish(self, p: Placement) -> None:
+        out = self.out or self.run.open(p)
+        self.out = None
+        _verified_commit(self.run, p, out, self.hash.hexdigest(), "pack slice")
+        self.hash = hashlib.sha256()
+        self.i += 1
+
+    def _finish_empty(self) -> None:
+        while self.i < len(self.members) and self.members[self.i].record.size == 0 \
+                and self.members[self.i].record.offset <= self.pos:
+            self._finish(self.members[self.i])
+
+    def write(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        self._finish_empty()
+        while view and self.i < len(self.members):
+            p = self.members[self.i]
+            off, end = p.record.offset, p.record.offset + p.record.size
+            if self.pos < off:  # a gap (a member we do not need): drop it
+                n = min(off - self.pos, len(view))
+            else:
+                if self.out is None:
+                    self.out = self.run.open(p)
+                n = min(end - self.pos, len(view))
+                piece = view[:n]
+                self.hash.update(piece)
+                self.out.write(piece)  # type: ignore[arg-type]
+            view = view[n:]
+            self.pos += n
+            if self.pos == end and self.pos >= off:
+                self._finish(p)
+                self._finish_empty()
+
+    def close(self) -> None:
+        self._finish_empty()
+
+    def abort(self) -> None:
+        if self.out is not None:
+            self.out.abort()
+            self.out = None
 
 
-def _placed(p: Placement) -> PlacedFile:
-    st = os.stat(p.target)
-    return PlacedFile(p.record.sha256, st.st_size, st.st_mtime_ns)
+def _layers(members: list[Placement]) -> Iterator[list[Placement]]:
+    """Members split into runs whose slices do not overlap (two records naming one slice take two
+    passes), each sorted by offset, so every pass streams the pack forward once."""
+    todo = sorted(members, key=lambda p: (p.record.offset, p.record.size))
+    while todo:
+        layer: list[Placement] = []
+        later: list[Placement] = []
+        end = -1
+        for p in todo:
+            if p.record.offset >= end:
+                layer.append(p)
+                end = p.record.offset + p.record.size
+            else:
+                later.append(p)
+        yield layer
+        todo = later
 
 
-def _write_verified(p: Placement, data: bytes) -> PlacedFile:
-    # No fsync per file: rename already makes kill -9 safe; `hydrate` syncs once before the state file.
-    atomic_write_bytes(p.target, data, expected_sha256=p.record.sha256, durable=False)
-    return _placed(p)
+def _fetch_pack(run: _Run, digest: str, size: int, members: list[Placement]) -> None:
+    for layer in _layers(members):
+        for start, length, group in coalesce(layer):
+            sink = _PackSink(run, start, group)
+            try:
+                if length:
+                    run.read(digest, sink.write, start, length, size)
+                sink.close()
+                if sink.i < len(group):
+                    raise IntegrityError(f"pack {digest[:12]}… ended before {group[sink.i].record.path}")
+            finally:
+                sink.abort()
 
 
-def _fetch_single(store: Store, digest: str, members: list[Placement]) -> list[tuple[Placement, PlacedFile]]:
-    first, *rest = members
-    with atomic_writer(first.target, durable=False) as out:
-        writer = _HashingWriter(out)
-        store.download(blob_key(digest), writer)  # type: ignore[arg-type]
-        if writer.hash.hexdigest() != digest:
-            raise IntegrityError(f"blob {digest[:12]}… for {first.record.path} failed verification")
-    done = [(first, _placed(first))]
-    for p in rest:  # the same bytes at another path (identical files share a blob)
-        done.append((p, _write_verified(p, first.target.read_bytes())))
-    return done
-
-
-def _fetch_pack(store: Store, digest: str, size: int, members: list[Placement]) -> list[tuple[Placement, PlacedFile]]:
-    needed = sum(p.record.size for p in members)
-    done: list[tuple[Placement, PlacedFile]] = []
-    if needed * 2 >= size:
-        data = store.get_bytes(blob_key(digest))
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise IntegrityError(f"pack {digest[:12]}… failed verification")
-        for p in members:
-            piece = data[p.record.offset:p.record.offset + p.record.size]
-            done.append((p, _write_verified(p, piece)))
-        return done
-    # Few members needed: ranged reads; each file is still verified by its own sha256.
-    for start, length, group in coalesce(members):
-        data = store.get_range(blob_key(digest), start, length)
-        for p in group:
-            off = p.record.offset - start
-            done.append((p, _write_verified(p, data[off:off + p.record.size])))
-    return done
-
-
-def _check_local(p: Placement) -> tuple[Placement, PlacedFile | None]:
+def _check_local(run: _Run, p: Placement) -> bool:
+    """A present file of unknown origin: adopted if its bytes are right (then it is not fetched)."""
     try:
         ok = sha256_file(p.target) == p.record.sha256
+        st = os.lstat(p.target)
     except OSError:
-        ok = False
-    return p, (_placed(p) if ok else None)
+        return False
+    if ok:
+        run.place(p, st, fetched=False)
+    return ok
 
 
-def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS) -> tuple[dict[str, PlacedFile], FetchStats]:
-    """Returns what was placed ("root/path" -> PlacedFile) and counters."""
-    placed: dict[str, PlacedFile] = {}
-    stats = FetchStats()
-    with ThreadPoolExecutor(threads) as pool:
-        # Present-but-unknown files: keep them if their bytes are right, else fetch them too.
-        for p, rec in pool.map(_check_local, plan.check):
-            if rec is not None:
-                placed[f"{p.record.root}/{p.record.path}"] = rec
-                stats.verified_local += 1
-            else:
-                plan.fetch.setdefault(p.record.blob, []).append(p)
-        futures = {}
-        for digest, members in plan.fetch.items():
-            if plan.blob_packed[digest]:
-                futures[digest] = pool.submit(_fetch_pack, store, digest, plan.blob_sizes[digest], members)
-            else:
-                futures[digest] = pool.submit(_fetch_single, store, digest, members)
-        for digest, fut in futures.items():
+def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline: Deadline,
+          tick: Callable[[], None] | None = None) -> Iterator[tuple[T, object, BaseException | None]]:
+    """Run `fn` over `items` on daemon threads; yield (item, result, error) as each finishes. Stops
+    waiting once the deadline (plus a grace for reads it already bounds) is gone: a stuck worker can
+    never hold the boot, and it stops at its next chunk (`deadline.cancelled`)."""
+    todo: queue.SimpleQueue[T] = queue.SimpleQueue()
+    items = list(items)
+    for it in items:
+        todo.put(it)
+    done: queue.SimpleQueue[tuple[T, object, BaseException | None]] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while not deadline.cancelled.is_set():
             try:
-                done = fut.result()
-            except ObjectNotFound:
-                # Like a remote build cache: a manifest whose bytes are gone is a miss, not a failure.
-                stats.missing_blobs.add(digest)
-                continue
-            for p, rec in done:
-                placed[f"{p.record.root}/{p.record.path}"] = rec
-                stats.files += 1
-                stats.bytes += p.record.size
+                it = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((it, fn(it), None))
+            except BaseException as exc:  # handed to the caller's thread
+                done.put((it, None, exc))
+
+    for _ in range(min(threads, len(items))):
+        threading.Thread(target=worker, name="ck-fetch", daemon=True).start()
+    for _ in range(len(items)):
+        while True:
+            left = deadline.left()
+            wait = 0.25 if left is None else max(0.0, min(0.25, left + GRACE))
+            try:
+                yield done.get(timeout=wait)
+                break
+            except queue.Empty:
+                if tick is not None:
+                    tick()
+                left = deadline.left()
+                if left is not None and left + GRACE <= 0:
+                    deadline.cancelled.set()
+                    raise HydrateIncomplete(f"the deadline of {deadline.seconds:g}s ran out") from None
+
+
+def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, deadline: Deadline | None = None,
+            tag: str | None = None, progress: Callable[[FetchStats], None] | None = None,
+            roots: Iterable[Path] = ()) -> tuple[dict[str, PlacedFile], FetchStats]:
+    """Returns what was placed ("root/path" -> PlacedFile) and counters. Never raises for a deadline or
+    a store failure: those end in `stats.timed_out` / `stats.failed` with everything placed so far."""
+    run = _Run(store, deadline or Deadline(), tag)
+    stats = run.stats
+    tick = (lambda: progress(stats)) if progress is not None else None
+    try:
+        # Present-but-unknown files: keep them if their bytes are right, else fetch them too.
+        for p, ok, exc in _pool(lambda p: _check_local(run, p), plan.check, threads, run.deadline, tick):
+            if exc is not None:
+                raise exc
+            if not ok:
+                plan.fetch.setdefault(p.record.blob, []).append(p)
+        jobs = sorted(plan.fetch.items(), key=lambda kv: -plan.blob_sizes[kv[0]])  # big ones first
+        stats.files_planned = sum(len(ps) for ps in plan.fetch.values())
+        stats.bytes_planned = plan.fetch_bytes
+
+        def fetch(job: tuple[str, list[Placement]]) -> None:
+            digest, members = job
+            size = plan.blob_sizes[digest]
+            (_fetch_pack if plan.blob_packed[digest] else _fetch_single)(run, digest, size, members)
+
+        for (digest, _members), _, exc in _pool(fetch, jobs, threads, run.deadline, tick):
+            if exc is not None:
+                _record_failure(stats, digest, exc)
+            if tick is not None:
+                tick()
+    except HydrateIncomplete:
+        stats.timed_out = True
+    stats.retries = run.counter.retries
+    with run.lock:  # workers abandoned at the deadline may still place a file: take a snapshot
+        placed = dict(run.placed)
+        dirs = set(run.dirs)
+    _sync_dirs(dirs, set(roots), threads)
     return placed, stats
 
+
+def _record_failure(stats: FetchStats, digest: str, exc: BaseException) -> None:
+    if isinstance(exc, ObjectNotFound):
+        # Like a remote build cache: a manifest whose bytes are gone is a miss, not a failure.
+        stats.missing_blobs.add(digest)
+    elif isinstance(exc, HydrateIncomplete):
+        stats.timed_out = True
+    elif isinstance(exc, StoreError):
+        stats.failed[digest] = exc.message
+    elif isinstance(exc, CachekeeperError):
+        stats.fatal = stats.fatal or exc
+    else:
+        raise exc  # a bug: keep its traceback
+
+
+def _sync_dirs(dirs: set[Path], roots: set[Path], threads: int) -> None:
+    """fsync the directories that got new entries and their ancestors up to the root (a new directory is
+    an entry of its parent), so the renames are durable before the state file is written."""
+    todo: set[Path] = set()
+    for d in dirs:
+        while d not in todo:
+            todo.add(d)
+            if d in roots or d.parent == d:
+                break
+            d = d.parent
+    if len(todo) <= 4:
+        for d in todo:
+            fsync_dir(d)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, 16)) as pool:
+        list(pool.map(fsync_dir, todo))

@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ManifestError
 from ..fsutil import safe_join
 from ..manifest import FileRecord, Manifest
 from .state import PlacedFile, State, file_key
 
 # probe(path, placed-record-or-None) -> "ok" (placed and unchanged), "check" (present, unknown), "missing"
 Probe = Callable[[Path, PlacedFile | None], str]
+# check_parents(root dir, relative path): raises if a directory on the way is a symlink or not a dir
+ParentCheck = Callable[[Path, str], None]
 
 
 @dataclass(frozen=True)
@@ -42,15 +45,28 @@ class HydratePlan:
 
 
 def plan_hydrate(manifests: list[Manifest], roots: Mapping[str, Path], state: State | None,
-                 probe: Probe) -> HydratePlan:
-    """Manifests are applied in the given order; a path claimed twice keeps the first manifest's bytes."""
+                 probe: Probe, check_parents: ParentCheck | None = None) -> HydratePlan:
+    """Manifests are applied in the given order; a path claimed twice keeps the first manifest's bytes.
+
+    Deterministic refusals happen here, before any fetch: a root the backend does not have, and a path
+    that is a file in one manifest and a directory in another (whatever order threads would write them).
+    `check_parents(root, rel)` vets the directories on the way (symlinks, files in the way).
+    """
     plan = HydratePlan()
     claimed: set[str] = set()
+    dirs: dict[str, str] = {}    # "root/dir" -> the manifest that needs it to be a directory
+    owners: dict[str, str] = {}  # "root/path" -> the manifest that places a file there
     placed = state.files if state else {}
     for m in manifests:
         blobs = {b.digest: b for b in m.blobs}
         for rec in m.files:
+            if rec.root not in roots:
+                raise ManifestError(f"manifest {m.name} places files in root {rec.root!r}, which this backend "
+                                    f"does not have (it has {', '.join(sorted(roots))})")
+            _claim_dirs(m.name, rec, dirs, owners)
             target = safe_join(roots[rec.root], rec.path)
+            if check_parents is not None:
+                check_parents(roots[rec.root], rec.path)
             key = file_key(rec.root, rec.path)
             p = Placement(rec, target)
             if key in claimed:
@@ -68,6 +84,19 @@ def plan_hydrate(manifests: list[Manifest], roots: Mapping[str, Path], state: St
             else:
                 plan.fetch.setdefault(rec.blob, []).append(p)
     return plan
+
+
+def _claim_dirs(name: str, rec: FileRecord, dirs: dict[str, str], owners: dict[str, str]) -> None:
+    key = file_key(rec.root, rec.path)
+    parts = rec.path.split("/")
+    if key in dirs:
+        raise ManifestError(f"{rec.root}/{rec.path} is a file in manifest {name} and a directory in {dirs[key]}")
+    for i in range(1, len(parts)):
+        d = file_key(rec.root, "/".join(parts[:i]))
+        if d in owners:
+            raise ManifestError(f"{d} is a file in manifest {owners[d]} and a directory in {name}")
+        dirs.setdefault(d, name)
+    owners.setdefault(key, name)
 
 
 def coalesce(placements: list[Placement], gap: int = 1 << 20) -> list[tuple[int, int, list[Placement]]]:

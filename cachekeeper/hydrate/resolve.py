@@ -15,11 +15,21 @@ from typing import TYPE_CHECKING
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
-from ..manifest import KIND_CAPTURED, KIND_ENTRY, Manifest, captured_prefix, manifest_key, manifest_prefix
+from ..manifest import (
+    KIND_CAPTURED,
+    KIND_ENTRY,
+    KIND_SHARED,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    captured_prefix,
+    manifest_key,
+    manifest_prefix,
+)
 from ..stores.base import Store
 
 if TYPE_CHECKING:
     from ..signing import PublicKey
+    from ..stores.reader import Deadline
 
 LOCK_VERSION = 1
 
@@ -28,12 +38,16 @@ LOCK_VERSION = 1
 class Pin:
     name: str
     digest: str | None = None      # set when a lockfile pins exact bytes
+    kind: str | None = None        # the manifest kind asked for ("entry", "shared"), checked when set
 
 
-def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...]) -> Manifest | None:
+def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...],
+         deadline: Deadline | None = None) -> Manifest | None:
+    from ..stores.reader import read_bytes
+
     key = manifest_key(fp_id, pin.name)
     try:
-        data = store.get_bytes(key)
+        data = read_bytes(store, key, limit=MAX_MANIFEST_BYTES, deadline=deadline)
     except ObjectNotFound:
         return None
     if pin.digest and hashlib.sha256(data).hexdigest() != pin.digest:
@@ -42,17 +56,31 @@ def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...]) -> 
         from ..signing import require_signature
 
         require_signature(store, data, trusted, f"{store.url}/{key}")
-    return Manifest.from_bytes(data, source=f"{store.url}/{key}")
+    m = Manifest.from_bytes(data, source=f"{store.url}/{key}")
+    check_identity(m, pin, f"{store.url}/{key}")
+    return m
+
+
+def check_identity(m: Manifest, pin: Pin, source: str) -> None:
+    """The object at a key must be the manifest that key names: a valid (even signed) manifest of
+    another entry, or of another kind, planted there is refused, never placed as if it were the one
+    asked for. The fingerprint id is checked by `require_toolchain` (a mismatch there says how the
+    toolchains differ); a lockfile's digest binds all of it."""
+    if m.name != pin.name:
+        raise IntegrityError(f"{source} holds manifest {m.name}, not {pin.name} (substituted)")
+    if pin.kind is not None and m.kind != pin.kind:
+        raise IntegrityError(f"{source} holds a {m.kind} manifest where a {pin.kind} manifest was asked for")
 
 
 def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin],
-                    trusted: tuple[PublicKey, ...] = ()) -> tuple[list[Manifest], list[str]]:
+                    trusted: tuple[PublicKey, ...] = (), *,
+                    deadline: Deadline | None = None) -> tuple[list[Manifest], list[str]]:
     """(found, missing names); manifests of another toolchain are refused, never used."""
     from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
 
     pins = list(pins)
     with ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda p: _get(store, fingerprint.id, p, trusted), pins))
+        results = list(pool.map(lambda p: _get(store, fingerprint.id, p, trusted, deadline), pins))
     found: list[Manifest] = []
     missing: list[str] = []
     for pin, m in zip(pins, results, strict=True):
@@ -89,7 +117,7 @@ def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest
     then the captured sets that extended any of them (runtime compiles serving hosts wrote back)."""
     have = {m.name for m in manifests}
     needed = sorted({r for m in manifests for r in m.requires} - have)
-    shared, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in needed], trusted)
+    shared, _ = fetch_manifests(store, fingerprint, [Pin(n, kind=KIND_SHARED) for n in needed], trusted)
     captured = [m for m in list_captured(store, fingerprint, have, trusted) if m.name not in have]
     return manifests + shared + captured
 

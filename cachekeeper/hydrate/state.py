@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def save_state(dest: Path, state: State) -> None:
 
 def stat_matches(path: Path, placed: PlacedFile) -> bool:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)  # a symlink swapped in for a placed file never matches
     except OSError:
         return False
-    return st.st_size == placed.size and st.st_mtime_ns == placed.mtime_ns
+    return st.st_size == placed.size and st.st_mtime_ns == placed.mtime_ns and stat.S_ISREG(st.st_mode)

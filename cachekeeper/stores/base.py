@@ -12,10 +12,13 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import UnsafePath
 from ..fsutil import safe_relpath
+
+if TYPE_CHECKING:
+    from .reader import Body
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,21 @@ class Store(abc.ABC):
         out.write(data)
         return len(data)
 
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        """One attempt at bytes [start, end) (to the end of the object when `end` is None), streamed.
+
+        The read side's one primitive (`stores/reader.py` retries and resumes around it): no retries
+        of its own; a failure another attempt may cure raises `StoreRetryable`. This default reads
+        through `get_range`, whole; the network stores override it to stream with their timeouts.
+        """
+        from .reader import BytesBody
+
+        if end is None:
+            data = self.get_bytes(key)
+            return BytesBody(data[start:], len(data))
+        return BytesBody(self.get_range(key, start, end - start), None)
+
     @abc.abstractmethod
     def size(self, key: str) -> int | None:
         """Size in bytes, or None if the key does not exist."""
@@ -88,18 +106,6 @@ class Store(abc.ABC):
 
         with ThreadPoolExecutor(min(threads, len(wanted)), thread_name_prefix="ck-head") as pool:
             return dict(zip(wanted, pool.map(self.size, wanted), strict=True))
-
-    @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[str]:
-        """Keys starting with `prefix` (a plain string prefix), in no promised order."""
-
-    @abc.abstractmethod
-    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Like `list`, with each object's size and modification time (one listing, no per-key calls)."""
-
-    @abc.abstractmethod
-    def delete(self, key: str) -> None:
-        """Remove `key`; a missing key is not an error (GC may race another GC)."""
 
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:

@@ -29,6 +29,7 @@ from google.cloud.storage.retry import _should_retry
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ._util import ClientSlot, bucket_location
 from .base import ObjectInfo, Store, check_key
+from .reader import Body
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
@@ -243,6 +244,11 @@ class GCSStore(Store):
             except api_exceptions.NotFound:
                 self._missing(key)
         return writer.count
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        from .gcs_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
+        return open_range(self, key, start, end, read_timeout, connect_timeout)
 
     def size(self, key: str) -> int | None:
         blob = self._blob(key)

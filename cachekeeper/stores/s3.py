@@ -35,6 +35,7 @@ from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, 
 from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
 from .base import Debris, ObjectInfo, Store, check_key
+from .reader import Body
 
 DEFAULT_REGION = "us-east-1"
 
@@ -315,6 +316,11 @@ class S3Store(Store):
                 out.write(chunk)
                 n += len(chunk)
         return n
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        from .s3_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
+        return open_range(self, key, start, end, read_timeout, connect_timeout)
 
     def size(self, key: str) -> int | None:
         n = self._head(key)

@@ -95,7 +95,8 @@ def test_a_corrupted_blob_fails_the_hydrate_and_nothing_of_it_appears(
         _hydrate(store, tmp_path / "dest", pins=[Pin(published.name)])
     assert not (tmp_path / "dest" / "big.bin").exists()
     assert not list((tmp_path / "dest").rglob("*.ck-tmp"))
-    assert json.loads((tmp_path / "dest" / ".cachekeeper" / "state.json").read_bytes())["files"] == {}
+    state = json.loads((tmp_path / "dest" / ".cachekeeper" / "state.json").read_bytes())
+    assert "cache/big.bin" not in state["files"] and state["manifests"] == {}  # verified files are kept
 
 
 def test_a_corrupted_pack_member_is_refused_even_through_a_ranged_read(

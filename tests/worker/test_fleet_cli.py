@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,10 +53,10 @@ class Fleet:
         return subprocess.Popen(self.argv(*args), env={**self.vars, **env}, cwd=self.tmp, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
 
-    def records(self, suffix: str) -> list[dict[str, object]]:
+    def records(self, suffix: str) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.log.glob(f"*.{suffix}"))]
 
-    def wait_for(self, suffix: str, n: int = 1, timeout: float = 30) -> list[dict[str, object]]:
+    def wait_for(self, suffix: str, n: int = 1, timeout: float = 30) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while len(found := self.records(suffix)) < n:
             assert time.monotonic() < deadline, f"no {n} build {suffix} records in {timeout}s"
@@ -192,9 +193,9 @@ def test_more_build_workers_than_devices_is_one_line_naming_the_setting(tmp_path
 
 def test_shards_from_the_engine_index_split_the_matrix_without_overlap(tmp_path: Path) -> None:
     fleet = Fleet(tmp_path, FOUR_SHAPES)
-    outs = [json.loads(fleet.run("prebuild", str(fleet.config), "--no-catalog", "--shard", "2", "--json",
-                                 **{var: str(i)}).stdout)
-            for i, var in enumerate(("JOB_COMPLETION_INDEX", "AWS_BATCH_JOB_ARRAY_INDEX"))]
+    argv = ("prebuild", str(fleet.config), "--no-catalog", "--shard", "2", "--json")
+    outs = [json.loads(fleet.run(*argv, JOB_COMPLETION_INDEX="0").stdout),        # a Kubernetes Indexed Job pod
+            json.loads(fleet.run(*argv, AWS_BATCH_JOB_ARRAY_INDEX="1").stdout)]  # an AWS Batch array child
     built = [[o["key"] for o in out["outcomes"] if o["status"] == "built"] for out in outs]
     assert len(built[0]) == len(built[1]) == 2 and not set(built[0]) & set(built[1])
 

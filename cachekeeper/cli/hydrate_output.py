@@ -1,0 +1,66 @@
+"""What `cachekeeper hydrate` prints on stderr while it runs and when it ends.
+
+On a terminal: a progress line (only for hydrates longer than a second), then one human line. Otherwise
+(boot logs, CI): one JSON summary line a log pipeline can parse. stdout stays for `--print-env`/`--json`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..hydrate import HydrateReport
+    from ..hydrate.fetch import FetchStats
+
+MiB = 1 << 20
+SHOW_AFTER = 1.0     # seconds: a fast hydrate prints no progress at all
+EVERY = 0.2
+
+
+def _tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def progress_line(tty: Callable[[], bool] = _tty) -> Callable[[FetchStats], None] | None:
+    if not tty():
+        return None
+    t0 = time.monotonic()
+    last = [0.0]
+
+    def show(stats: FetchStats) -> None:
+        now = time.monotonic()
+        if now - t0 < SHOW_AFTER or now - last[0] < EVERY:
+            return
+        last[0] = now
+        rate = stats.bytes_received / MiB / (now - t0)
+        sys.stderr.write(f"\rhydrate: {stats.files}/{stats.files_planned} files, "
+                         f"{stats.bytes_received / MiB:.0f}/{stats.bytes_planned / MiB:.0f} MiB, {rate:.0f} MiB/s"
+                         + (f", {stats.retries} retries" if stats.retries else "") + "   ")
+        sys.stderr.flush()
+        progress_line.shown = True  # type: ignore[attr-defined]
+
+    return show
+
+
+def summary(report: HydrateReport) -> dict[str, object]:
+    seconds = max(report.seconds, 1e-9)
+    return {"hydrate": "noop" if report.noop else "incomplete" if report.incomplete else "done",
+            "files": report.files_fetched, "bytes": report.bytes_fetched, "seconds": round(report.seconds, 3),
+            "mib_s": round(report.bytes_fetched / MiB / seconds, 1), "retries": report.retries,
+            "deadline_left": report.deadline_left, "in_place": report.files_total, "dest": str(report.dest)}
+
+
+def summarize(report: HydrateReport, tty: Callable[[], bool] = _tty) -> None:
+    if not tty():
+        sys.stderr.write(json.dumps(summary(report)) + "\n")
+        return
+    if getattr(progress_line, "shown", False):
+        sys.stderr.write("\n")
+    what = ("already in place" if report.noop else
+            f"{report.files_fetched} files ({report.bytes_fetched / MiB:.1f} MiB) fetched, "
+            f"{report.files_total} in place")
+    sys.stderr.write(f"hydrate: {what} -> {report.dest} ({report.seconds:.2f}s)\n")
