@@ -24,7 +24,8 @@ from .commands import _catalog, _load_config, _say, _store, catalog_option, json
 @click.option("--backend", "backends", multiple=True, help="only these backends")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
-@click.option("--worker", help="worker id in the shared queue (default host:pid)")
+@click.option("--worker", envvar="CACHEKEEPER_WORKER",
+              help="worker id in the shared queue (default host:pid) [env CACHEKEEPER_WORKER]")
 @click.option("--lease", default=30.0, show_default=True, metavar="SECONDS",
               help="a claimed entry returns to the queue this long after its worker stops renewing it")
 @click.option("--heartbeat", default=5.0, show_default=True, metavar="SECONDS",
