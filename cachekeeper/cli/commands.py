@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config, PlannedEntry
     from ..fingerprint import Fingerprint
+    from ..gc import GcPlan
     from ..signing import PublicKey
     from ..stores.base import Store
 
@@ -233,13 +234,15 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
 
 @cli.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-def validate(config_path: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="one JSON line per entry (key, label, spec) on stdout")
+def validate(config_path: str, as_json: bool) -> None:
     """Check a config file and print its entries."""
     config = _load_config(config_path)
     assert config is not None
     entries = config.entries()
     for e in entries:
-        click.echo(f"{e.spec.key[:12]}  {e.spec.label()}")
+        click.echo(json.dumps({"key": e.spec.key, "entry": e.spec.label(), "spec": e.spec.to_dict()}) if as_json
+                   else f"{e.spec.key[:12]}  {e.spec.label()}")
     _say(f"{config_path}: valid, {len(entries)} entries")
 
 
@@ -282,7 +285,8 @@ def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, capt
 @click.argument("key")
 @store_option
 @catalog_option
-def show(key: str, store_url: str | None, catalog_url: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="the manifest on one line (default: indented JSON)")
+def show(key: str, store_url: str | None, catalog_url: str | None, as_json: bool) -> None:
     """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
     from ..errors import UsageError
     from ..manifest import Manifest
@@ -298,7 +302,7 @@ def show(key: str, store_url: str | None, catalog_url: str | None) -> None:
     doc = m.to_dict()
     doc["digest"] = m.digest
     doc["key"] = keys[0]
-    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    click.echo(json.dumps(doc, sort_keys=True) if as_json else json.dumps(doc, indent=2, sort_keys=True))
 
 
 @cli.command()
@@ -385,19 +389,15 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
 @click.option("--min-age", default=3600.0, show_default=True, metavar="SECONDS",
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
+def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
     from ..gc import plan_gc, read_manifests, run_gc
 
     store = _store(store_url, None)
     plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(drop), store.list_info("signatures/"),
                    min_age=min_age, debris=store.list_debris())
-    for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
-        click.echo(f"{'delete' if execute else 'would delete'}  {key}")
-    for item in plan.delete_debris:
-        verb = ("abort" if execute else "would abort") if item.kind == "multipart" else \
-            ("delete" if execute else "would delete")
-        click.echo(f"{verb}  {item.key}" + (f"  (unfinished upload {item.upload_id})" if item.upload_id else ""))
+    (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
     for key in plan.unreadable:
         _say(f"warning: unreadable manifest kept: {key}")
     if execute:
@@ -408,6 +408,31 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
     _say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
          f"{'removed' if execute else 'to remove'}, {plan.young_debris} younger than {min_age:.0f}s kept"
          + (f"; {store.debris_note}" if store.debris_note else ""))
+    if as_json:
+        click.echo(json.dumps({"summary": {
+            "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),
+            "blobs": len(plan.delete_blobs), "debris": len(plan.delete_debris), "kept_blobs": plan.keep_blobs,
+            "young": plan.young, "young_debris": plan.young_debris, "unreadable": list(plan.unreadable)}}))
+
+
+def _gc_text_lines(plan: GcPlan, execute: bool) -> None:
+    for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
+        click.echo(f"{'delete' if execute else 'would delete'}  {key}")
+    for item in plan.delete_debris:
+        verb = ("abort" if execute else "would abort") if item.kind == "multipart" else \
+            ("delete" if execute else "would delete")
+        click.echo(f"{verb}  {item.key}" + (f"  (unfinished upload {item.upload_id})" if item.upload_id else ""))
+
+
+def _gc_json_lines(plan: GcPlan, execute: bool) -> None:
+    """gc's listing as JSON lines, streamed: a store-wide plan can name millions of blobs."""
+    for kind, keys in (("manifest", plan.delete_manifests), ("signature", plan.delete_signatures),
+                       ("blob", plan.delete_blobs)):
+        for key in keys:
+            click.echo(json.dumps({"action": "delete", "run": execute, "kind": kind, "key": key}))
+    for item in plan.delete_debris:
+        click.echo(json.dumps({"action": "abort" if item.kind == "multipart" else "delete", "run": execute,
+                               "kind": f"debris:{item.kind}", "key": item.key, "upload_id": item.upload_id}))
 
 
 @cli.command()
