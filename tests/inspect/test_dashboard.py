@@ -117,3 +117,14 @@ def test_diff_and_fingerprint_errors_are_4xx_never_500(dash: Dash) -> None:
     assert dash.client.get(f"/diff?a=ffffffffffffff00&b={HOST.id}").status_code == 404
     assert dash.client.get("/?fp=ffffffffffffff00").status_code == 404
     assert dash.client.post("/").status_code == 405                     # read-only: GET only
+
+
+def test_the_views_explain_and_diff_read_agree_with_the_catalog(dash: Dash) -> None:
+    from cachekeeper.catalog import views
+
+    tiny64, tiny128, small64, _ = dash.specs
+    with views.reading(dash.catalog) as conn:
+        assert {fp.id for fp in views.holders(conn, tiny64.key)} == {HOST.id, OTHER.id}
+        assert views.holders(conn, "captured/" + "0" * 16) == []           # a captured set is no entry
+        assert [e.key for e in views.entries_only_in(conn, HOST.id, OTHER.id)] == [tiny128.key]
+        assert views.fingerprint_ids(conn, HOST.id[:3]) == [HOST.id] or HOST.id[:3] == OTHER.id[:3]
