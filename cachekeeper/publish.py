@@ -1,5 +1,9 @@
 """Publish a built entry: blobs first, then the manifest, then the catalog row.
 
+Blobs are planned, then sent: every file is hashed and packed (`plan_blobs`), the store is asked about
+all blobs in one batch (`Store.sizes`: parallel HEADs, or stats locally), and only the missing ones are
+uploaded, in parallel, under a bound on the bytes in flight.
+
 The manifest is written with an exclusive create, so the first complete build of an entry wins and a
 racing worker adopts it; a crash before the manifest leaves only unreferenced blobs (GC removes them),
 never a manifest that names missing bytes.
@@ -7,6 +11,8 @@ never a manifest that names missing bytes.
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +24,7 @@ from .errors import IntegrityError
 from .fingerprint import Fingerprint
 from .fsutil import sha256_file
 from .manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest, blob_key, manifest_key
-from .snapshot import LocalFile, PendingBlob, iter_blobs, scan_roots
+from .snapshot import LocalFile, iter_blobs, scan_roots
 from .spec import EntrySpec
 from .stores.base import Store
 
@@ -26,7 +32,8 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .signing import SigningKey
 
-UPLOAD_THREADS = 8
+UPLOAD_THREADS = 16
+MAX_BYTES_IN_FLIGHT = 512 << 20   # uploads (and pack buffers) in memory or on the wire at once
 
 
 @dataclass(frozen=True)
@@ -38,42 +45,124 @@ class PublishResult:
     blobs_present: int
 
 
-def _upload(store: Store, blob: PendingBlob) -> int:
+# --- plan: hash everything, decide what to send (one batch existence check) -------------------------
+
+
+@dataclass(frozen=True)
+class BlobPlan:
+    """One blob to publish: a file uploaded as is, or the members of a pack (re-read at upload time, so
+    the plan holds hashes, not bytes)."""
+
+    record: BlobRecord
+    source: Path | tuple[LocalFile, ...]
+
+
+@dataclass(frozen=True)
+class UploadPlan:
+    files: list[FileRecord]
+    blobs: list[BlobRecord]      # every blob the manifest names
+    send: list[BlobPlan]         # the ones the store lacks
+    present: int                 # blobs the store already holds (content-addressed: skipped)
+
+
+def plan_blobs(local: list[LocalFile]) -> tuple[list[FileRecord], list[BlobPlan]]:
+    """Hash every file and pack (one pack in memory at a time); pure of the store."""
+    by_path = {(f.root, f.path): f for f in local}
+    files: list[FileRecord] = []
+    blobs: dict[str, BlobPlan] = {}
+    for recs, pending in iter_blobs(local):
+        files.extend(recs)
+        if pending.record.digest in blobs:
+            continue
+        source = pending.source if isinstance(pending.source, Path) else \
+            tuple(by_path[(r.root, r.path)] for r in recs)
+        blobs[pending.record.digest] = BlobPlan(pending.record, source)
+    files.sort(key=lambda f: (f.root, f.path))
+    return files, sorted(blobs.values(), key=lambda b: b.record.digest)
+
+
+def plan_upload(store: Store, local: list[LocalFile]) -> UploadPlan:
+    files, blobs = plan_blobs(local)
+    sizes = store.sizes(blob_key(b.record.digest) for b in blobs)   # one batch: parallel HEADs, or stats
+    send: list[BlobPlan] = []
+    for b in blobs:
+        key = blob_key(b.record.digest)
+        present = sizes[key]
+        if present is None:
+            send.append(b)
+        elif present != b.record.size:  # immutable: a bad object can only be deleted, never replaced
+            raise IntegrityError(f"{store.url}/{key} is {present} bytes, expected {b.record.size}",
+                                 "run `cachekeeper verify --repair`, then prebuild again")
+    return UploadPlan(files, [b.record for b in blobs], send, len(blobs) - len(send))
+
+
+# --- execute: parallel uploads under a bound on bytes in flight --------------------------------------
+
+
+class _ByteBudget:
+    """Blocks an upload until its bytes fit under the bound; one blob larger than it goes alone."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit, self._used = limit, 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._used == 0 or self._used + n <= self._limit)
+            self._used += n
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self._used -= n
+            self._cond.notify_all()
+
+
+def _pack_bytes(members: tuple[LocalFile, ...]) -> bytes:
+    return b"".join(f.abspath.read_bytes() for f in members)
+
+
+def _send(store: Store, blob: BlobPlan, budget: _ByteBudget) -> int:
     key = blob_key(blob.record.digest)
-    present = store.size(key)
-    if present == blob.record.size:
-        return 0
-    if present is not None:  # immutable: a bad object under this name can only be deleted, never replaced
-        raise IntegrityError(f"{store.url}/{key} is {present} bytes, expected {blob.record.size}",
-                             "run `cachekeeper verify --repair`, then prebuild again")
-    if isinstance(blob.source, bytes):
-        wrote = store.put_bytes(key, blob.source)
-    else:
-        # Re-hash right before upload: a file that changed since the snapshot must not be published.
-        if sha256_file(blob.source) != blob.record.digest:
-            raise IntegrityError(f"{blob.source} changed while publishing")
-        wrote = store.put_file(key, blob.source)
+    budget.acquire(blob.record.size)
+    try:
+        if isinstance(blob.source, Path):
+            # Re-hash right before upload: a file that changed since the snapshot must not be published.
+            if sha256_file(blob.source) != blob.record.digest:
+                raise IntegrityError(f"{blob.source} changed while publishing")
+            wrote = store.put_file(key, blob.source)
+        else:
+            data = _pack_bytes(blob.source)
+            if hashlib.sha256(data).hexdigest() != blob.record.digest:
+                raise IntegrityError(f"{blob.source[0].abspath.parent}: files changed while publishing")
+            wrote = store.put_bytes(key, data)
+            del data
+    finally:
+        budget.release(blob.record.size)
     return blob.record.size if wrote else 0
+
+
+def execute_upload(store: Store, send: list[BlobPlan], *, threads: int | None = None,
+                   max_bytes_in_flight: int | None = None) -> tuple[int, int]:
+    """Upload the planned blobs; returns (bytes uploaded, blobs another writer created meanwhile)."""
+    if not send:
+        return 0, 0
+    threads = threads or UPLOAD_THREADS
+    budget = _ByteBudget(max_bytes_in_flight or MAX_BYTES_IN_FLIGHT)
+    uploaded = raced = 0
+    # Largest first: the long uploads start early and small ones fill the gaps.
+    order = sorted(send, key=lambda b: (-b.record.size, b.record.digest))
+    with ThreadPoolExecutor(min(threads, len(order)), thread_name_prefix="ck-upload") as pool:
+        for n in pool.map(lambda b: _send(store, b, budget), order):
+            uploaded += n
+            raced += n == 0
+    return uploaded, raced
 
 
 def upload_files(store: Store, local: list[LocalFile]) -> tuple[list[FileRecord], list[BlobRecord], int, int]:
     """Upload every blob of these files; returns (files, blobs, bytes uploaded, blobs already present)."""
-    files: list[FileRecord] = []
-    blobs: dict[str, BlobRecord] = {}
-    uploaded = present = 0
-    with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
-        futures = []
-        for recs, pending in iter_blobs(local):
-            files.extend(recs)
-            if pending.record.digest not in blobs:
-                blobs[pending.record.digest] = pending.record
-                futures.append(pool.submit(_upload, store, pending))
-        for fut in futures:
-            n = fut.result()
-            uploaded += n
-            present += n == 0
-    files.sort(key=lambda f: (f.root, f.path))
-    return files, sorted(blobs.values(), key=lambda b: b.digest), uploaded, present
+    plan = plan_upload(store, local)
+    uploaded, raced = execute_upload(store, plan.send)
+    return plan.files, plan.blobs, uploaded, plan.present + raced
 
 
 def shared_name(root: str, local: list[LocalFile]) -> str | None:

@@ -114,3 +114,85 @@ def test_a_corrupt_blob_already_in_the_store_stops_the_publish_with_the_fix(tmp_
         publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": write_tree(tmp_path, {"b": big})},
                 include=_keep_all)
     assert not [k for k in store.objects if k.startswith("manifests/")]
+
+
+# --- plan, then execute ------------------------------------------------------------------------------
+
+
+class _Watched(MemoryStore):
+    """Counts existence checks and measures uploads in flight (each upload takes a little while)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.batches: list[int] = []
+        self.single_checks = 0
+        self.in_flight = self.peak_bytes = self.peak_uploads = self.uploads = 0
+        self._watch = threading.Lock()
+
+    def sizes(self, keys: object, *, threads: int = 16) -> dict[str, int | None]:
+        wanted = list(keys)  # type: ignore[call-overload]
+        self.batches.append(len(wanted))
+        return {k: super(_Watched, self).size(k) for k in wanted}
+
+    def size(self, key: str) -> int | None:
+        self.single_checks += 1
+        return super().size(key)
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        if not key.startswith("blobs/"):
+            return super().put_bytes(key, data)
+        import time
+
+        with self._watch:
+            self.uploads += 1
+            self.in_flight += len(data)
+            self.peak_bytes = max(self.peak_bytes, self.in_flight)
+            self.peak_uploads = max(self.peak_uploads, self.uploads)
+        time.sleep(0.02)
+        try:
+            return super().put_bytes(key, data)
+        finally:
+            with self._watch:
+                self.uploads -= 1
+                self.in_flight -= len(data)
+
+    def put_file(self, key: str, path: Path) -> bool:
+        return self.put_bytes(key, path.read_bytes())
+
+
+def test_publish_checks_every_blob_in_one_batch_then_uploads_in_parallel_under_a_byte_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper import publish as publish_module
+
+    monkeypatch.setattr(snapshot, "PACK_TARGET", 64 << 10)
+    monkeypatch.setattr(publish_module, "MAX_BYTES_IN_FLIGHT", 300 << 10)
+    files = {f"{i:03d}.neff": hashlib.sha256(str(i).encode()).digest() * 1000 for i in range(60)}  # 32 KB each
+    root = write_tree(tmp_path / "cache", files)
+    store = _Watched()
+
+    result = publish(store, fingerprint=fingerprint(), spec=spec(), roots={"cache": root}, include=_keep_all)
+
+    blobs = len(result.manifest.blobs)
+    assert blobs >= 20 and store.batches == [blobs] and store.single_checks == 0
+    assert store.peak_uploads > 1, "uploads ran in parallel"
+    assert store.peak_bytes <= 300 << 10, "never more bytes in flight than the bound"
+
+    again = publish(store, fingerprint=fingerprint(), spec=spec(height=128), roots={"cache": root},
+                    include=_keep_all)
+    assert (again.blobs_uploaded, again.blobs_present, again.uploaded_bytes) == (0, blobs, 0)
+
+
+def test_a_small_file_changed_between_plan_and_upload_is_not_published(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper import publish as publish_module
+    from cachekeeper.errors import IntegrityError
+
+    root = write_tree(tmp_path / "cache", {"a.neff": b"a" * 100, "b.neff": b"b" * 100})
+    plan = publish_module.plan_upload(MemoryStore(), snapshot.scan_roots({"cache": root}, _keep_all))
+    (root / "b.neff").write_bytes(b"B" * 100)
+    store = MemoryStore()
+    with pytest.raises(IntegrityError, match="changed while publishing"):
+        publish_module.execute_upload(store, plan.send)
+    assert store.objects == {}
