@@ -18,12 +18,14 @@ pytest.importorskip("diffusers")
 
 from cachekeeper.pipeline_warmup import call_kwargs, captured_component, load_pipeline  # noqa: E402
 
+SHAPE = Shape(64, 64, 1)
+
 
 def ref(pipelines: Path, name: str, component: str = "transformer", **kw: Any) -> ModelRef:
     return ModelRef(name, component, path=str(pipelines / name), **kw)
 
 
-def spec(name: str, shape: Shape = Shape(64, 64, 1), component: str = "transformer") -> EntrySpec:
+def spec(name: str, shape: Shape = SHAPE, component: str = "transformer") -> EntrySpec:
     return EntrySpec(name, component, "inductor", "full", shape, "float32")
 
 
@@ -38,7 +40,7 @@ def signature(value: Any) -> Any:
     return value
 
 
-def captured(pipelines: Path, name: str, shape: Shape = Shape(64, 64, 1), **kw: Any) -> dict[str, Any]:
+def captured(pipelines: Path, name: str, shape: Shape = SHAPE, **kw: Any) -> dict[str, Any]:
     _, inputs = captured_component(ref(pipelines, name, **kw), spec(name, shape), torch.float32)
     return inputs
 
