@@ -80,3 +80,33 @@ def test_another_cpu_instruction_set_is_a_different_toolchain(published: tuple[P
                           cwd=tmp, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 8 and "Traceback" not in proc.stderr
     assert "isa" in proc.stderr.lower() or "cpu" in proc.stderr.lower()
+
+
+def test_a_shape_compiled_at_runtime_and_captured_is_a_cache_hit_on_the_next_host(
+        published: tuple[Path, Path, dict[str, str]]) -> None:
+    """Must 5 of the capture loop: hydrate shape A, serve an undeclared shape B (it compiles at runtime),
+    `capture --publish`, and a fresh host of the same toolchain hydrates and serves B from the cache."""
+    tmp, config, env = published
+    serve_b = [sys.executable, str(REPO / "examples" / "serve.py"), str(tmp / "models" / "tiny-flux"),
+               "--component", "transformer", "--height", "64", "--width", "128"]
+    hosts = []
+    for name in ("capture-host-1", "capture-host-2"):
+        instance = tmp / name
+        (instance / "tmp").mkdir(parents=True)
+        hosts.append((instance, {**env, "TMPDIR": str(instance / "tmp")}, instance / "ck"))
+
+    instance, boot, dest = hosts[0]
+    run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest)], boot, instance)
+    cold = json.loads(run(serve_b, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance).stdout.splitlines()[-1])
+    assert cold["fxgraph_cache_miss"] >= 1, "shape B is not prebuilt: it compiles at runtime"
+    captured = json.loads(run([sys.executable, "-m", "cachekeeper", "capture", "--config", str(config), "--dest",
+                               str(dest), "--publish", "--settle", "0.2", "--json"], boot, instance).stdout)
+    assert captured["created"] and any(f.startswith("fxgraph/") for f in captured["files"])
+
+    instance, boot, dest = hosts[1]
+    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
+                   "--json"], boot, instance)
+    assert json.loads(hydrate.stdout.splitlines()[0])["counts"] == {"hit": 1, "missed": 0, "captured": 1}
+    warm = json.loads(run(serve_b, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance).stdout.splitlines()[-1])
+    assert (warm["fxgraph_cache_hit"], warm["fxgraph_cache_miss"]) == (1, 0)
+    assert warm["autograd_cache_miss"] == 0

@@ -1,0 +1,81 @@
+"""The Python API: `cachekeeper.hydrate(...) -> HydrateReport`, `cachekeeper.env(...)`, `cachekeeper.capture(...)`,
+behaving as the CLI does, and an `import cachekeeper` that loads nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import cachekeeper
+from cachekeeper.capture import CaptureReport
+from cachekeeper.errors import CachekeeperError, CaptureError, NothingToHydrate
+from cachekeeper.fleet import hydrate_counts
+from cachekeeper.hydrate import HydrateReport
+
+from .conftest import World, runtime_writes
+
+
+@pytest.fixture()
+def host(world: World, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("FAKE_SHARED_DIR", str(world.tmp / "shared"))
+    monkeypatch.delenv("FAKE_TOOLCHAIN", raising=False)
+    return world
+
+
+def test_import_cachekeeper_loads_only_the_package() -> None:
+    code = ("import sys, cachekeeper\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'cachekeeper', 'torch', 'sqlalchemy', 'click', 'typing', 'boto3'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['cachekeeper']"
+
+
+def test_the_api_names_win_over_the_subpackages_that_share_them() -> None:
+    import cachekeeper.capture
+    import cachekeeper.hydrate
+
+    assert callable(cachekeeper.hydrate) and cachekeeper.hydrate.__module__ == "cachekeeper.api"
+    assert callable(cachekeeper.capture) and cachekeeper.capture.__module__ == "cachekeeper.api"
+    assert cachekeeper.HydrateReport is HydrateReport and cachekeeper.CaptureReport is CaptureReport
+
+
+def test_hydrate_env_and_capture_from_python(host: World) -> None:
+    dest = host.tmp / "dest"
+    report = cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
+    assert isinstance(report, HydrateReport) and report.files_fetched == 3 and not report.missing
+    assert hydrate_counts(report.manifests, report.missing) == {"hit": 1, "missed": 0, "captured": 0}
+    assert cachekeeper.env(config=host.config, dest=dest) == {"FAKE_CACHE_DIR": str(dest)}
+
+    runtime_writes(dest, "new/b.neff", b"runtime")
+    listed = cachekeeper.capture(dest, config=host.config, settle=0.05)
+    assert isinstance(listed, CaptureReport) and listed.files == ["new/b.neff"] and listed.manifest is None
+    published = cachekeeper.capture(dest, config=host.config, publish=True, store=host.store_url, settle=0.05)
+    assert published.created and published.manifest and published.manifest.startswith("captured/")
+
+    again = cachekeeper.hydrate(config=host.config, dest=host.tmp / "dest2", store=host.store_url)
+    assert hydrate_counts(again.manifests, again.missing) == {"hit": 1, "missed": 0, "captured": 1}
+
+
+def test_the_api_raises_the_cli_errors_with_their_exit_codes(host: World) -> None:
+    with pytest.raises(CaptureError) as never:
+        cachekeeper.capture(host.tmp / "nowhere", config=host.config)
+    assert never.value.exit_code == 12 and never.value.hint
+    (host.store_dir / "manifests").rename(host.tmp / "gone")
+    with pytest.raises(NothingToHydrate) as empty:
+        cachekeeper.hydrate(config=host.config, dest=host.tmp / "d", store=host.store_url, require_all=True)
+    assert isinstance(empty.value, CachekeeperError) and empty.value.exit_code == 8
+
+
+def test_the_api_is_typed() -> None:
+    """The annotations resolve to the report classes (what a user's type checker sees; mypy --strict runs
+    over cachekeeper/ in scripts/test)."""
+    import typing
+
+    import cachekeeper.api as api
+
+    reports = {"HydrateReport": HydrateReport, "CaptureReport": CaptureReport}  # imported for type checkers only
+    assert typing.get_type_hints(api.hydrate, localns=reports)["return"] is HydrateReport
+    assert typing.get_type_hints(api.capture, localns=reports)["return"] is CaptureReport
+    assert typing.get_type_hints(api.env, localns=reports)["return"] == dict[str, str]
