@@ -243,6 +243,7 @@ def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: in
 
 def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport:
     report.seconds = time.monotonic() - t0
+    report.retries = budget.retries.retries
     left = budget.left()
     report.deadline_left = None if left is None else max(0.0, round(left, 3))
     return report
@@ -286,4 +287,3 @@ def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, t
     report.files_fetched = stats.files
     report.bytes_fetched = stats.bytes
     report.files_verified_local = stats.verified_local
-    report.retries = stats.retries

@@ -33,7 +33,7 @@ from ..errors import (
 from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
 from ..manifest import blob_key
 from ..stores.base import Store
-from ..stores.reader import Counter, Deadline, read_into
+from ..stores.reader import Deadline, read_into
 from .plan import HydratePlan, Placement, coalesce
 from .state import PlacedFile
 
@@ -68,7 +68,6 @@ class _Run:
         self.store = store
         self.deadline = deadline
         self.tag = tag
-        self.counter = Counter()
         self.lock = threading.Lock()
         self.placed: dict[str, PlacedFile] = {}
         self.stats = FetchStats()
@@ -94,7 +93,7 @@ class _Run:
             sink(chunk)
 
         read_into(self.store, blob_key(digest), counted, start=start, length=length, total=total,
-                  deadline=self.deadline, counter=self.counter)
+                  deadline=self.deadline)
 
 
 def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what: str) -> None:
@@ -308,7 +307,7 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
                 tick()
     except HydrateIncomplete:
         stats.timed_out = True
-    stats.retries = run.counter.retries
+    stats.retries = run.deadline.retries.retries
     with run.lock:  # workers abandoned at the deadline may still place a file: take a snapshot
         placed = dict(run.placed)
         dirs = set(run.dirs)

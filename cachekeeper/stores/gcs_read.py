@@ -30,7 +30,8 @@ class GCSBody(Body):
 
     def chunks(self, size: int) -> Iterator[bytes]:
         try:
-            for chunk in self.resp.iter_content(size):
+            # read1: what has arrived (a reset then loses no received byte); we asked for identity encoding
+            while chunk := self.resp.raw.read1(size):
                 if self.skip:
                     cut = min(self.skip, len(chunk))
                     self.skip -= cut

@@ -11,6 +11,7 @@ A store provides one primitive, `Store.open_range` (a single attempt, no retries
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -24,6 +25,18 @@ T = TypeVar("T")
 READ_CHUNK = 1 << 20   # bytes a reader holds at once: the unit of "bytes in flight"
 
 
+class Counter:
+    """Retries across threads, for the summary line."""
+
+    def __init__(self) -> None:
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.retries += 1
+
+
 class Deadline:
     """A wall-clock budget (monotonic), or none at all (`seconds=None`)."""
 
@@ -31,6 +44,7 @@ class Deadline:
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
         self.cancelled = threading.Event()   # set when the caller has given up on the workers
+        self.retries = Counter()             # attempts retried under this budget, for the summary
 
     def left(self) -> float | None:
         return None if self.at is None else self.at - time.monotonic()
@@ -85,7 +99,15 @@ class RetryPolicy:
         return random.uniform(0, min(self.cap, self.base * (2 ** attempt)))
 
 
-DEFAULT_POLICY = RetryPolicy()
+def default_policy() -> RetryPolicy:
+    """`CACHEKEEPER_STALL_TIMEOUT` (seconds without a byte before an attempt is abandoned) tunes the
+    one knob a fleet may want to; the deadline caps it anyway."""
+    raw = os.environ.get("CACHEKEEPER_STALL_TIMEOUT", "")
+    try:
+        stall = float(raw) if raw else RetryPolicy.stall
+    except ValueError:
+        stall = RetryPolicy.stall
+    return RetryPolicy(stall=stall if stall > 0 else RetryPolicy.stall)
 
 
 class Body:
@@ -111,18 +133,6 @@ class BytesBody(Body):
             yield bytes(view[i:i + size])
 
 
-class Counter:
-    """Retries across threads, for the summary line."""
-
-    def __init__(self) -> None:
-        self.retries = 0
-        self._lock = threading.Lock()
-
-    def add(self) -> None:
-        with self._lock:
-            self.retries += 1
-
-
 def parse_content_range(value: str | None) -> int | None:
     """The total of `bytes a-b/total` (None if absent or `*`)."""
     if not value or "/" not in value:
@@ -133,7 +143,7 @@ def parse_content_range(value: str | None) -> int | None:
 
 def read_into(store: object, key: str, sink: Callable[[bytes], None], *, start: int = 0,
               length: int | None = None, total: int | None = None, limit: int | None = None,
-              deadline: Deadline | None = None, policy: RetryPolicy = DEFAULT_POLICY,
+              deadline: Deadline | None = None, policy: RetryPolicy | None = None,
               counter: Counter | None = None) -> int:
     """Stream bytes [start, start+length) of `key` into `sink` (the whole object when length is None),
     resuming after failures from the last byte received. `total`: the object's size as declared (refused
@@ -142,6 +152,7 @@ def read_into(store: object, key: str, sink: Callable[[bytes], None], *, start: 
 
     assert isinstance(store, Store)
     deadline = deadline or Deadline()
+    policy = policy or default_policy()
     where = f"{store.url}/{key}"
     got = 0
     attempt = 0
@@ -172,8 +183,7 @@ def read_into(store: object, key: str, sink: Callable[[bytes], None], *, start: 
             return got
         except StoreRetryable as exc:
             attempt += 1
-            if counter is not None:
-                counter.add()
+            (counter or deadline.retries).add()
             if attempt >= policy.attempts:
                 raise StoreError(f"{exc.message} (gave up after {attempt} attempts)") from None
             pause = policy.delay(attempt)
@@ -194,7 +204,7 @@ def _check_total(where: str, said: int | None, declared: int | None, limit: int 
 
 
 def read_bytes(store: object, key: str, *, limit: int, deadline: Deadline | None = None,
-               policy: RetryPolicy = DEFAULT_POLICY, counter: Counter | None = None) -> bytes:
+               policy: RetryPolicy | None = None, counter: Counter | None = None) -> bytes:
     """A small whole object (a manifest, a signature), bounded by `limit` bytes."""
     parts: list[bytes] = []
     read_into(store, key, parts.append, limit=limit, deadline=deadline, policy=policy, counter=counter)

@@ -100,6 +100,7 @@ def _client_config() -> Config:
         read_timeout=60,
         retries={"max_attempts": 3, "mode": "standard"},
         max_pool_connections=32,
+        signature_version="s3v4",  # presigned reads (s3_read.py) too: botocore would presign with SigV2
         s3={"addressing_style": _addressing_style()},
     )
 

@@ -54,7 +54,7 @@ class S3Body(Body):
     def chunks(self, size: int) -> Iterator[bytes]:
         try:
             while True:
-                chunk = self.resp.read(size)
+                chunk = self.resp.read1(size)  # what has arrived: a reset then loses no received byte
                 if not chunk:
                     self.done = True
                     return

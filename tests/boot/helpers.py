@@ -1,0 +1,44 @@
+"""Builders the boot-path tests share: a published cache, and a hydrate call with the fake toolchain."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+from cachekeeper import snapshot
+from cachekeeper.hydrate import HydrateReport, hydrate
+from cachekeeper.hydrate.resolve import Pin
+from cachekeeper.manifest import Manifest
+from cachekeeper.publish import publish
+from cachekeeper.stores.base import Store
+from tests.core.helpers import fingerprint, read_tree, spec, write_tree
+
+__all__ = ["build_tree", "fingerprint", "hydrate_into", "publish_tree", "read_tree", "spec", "write_tree"]
+
+
+def build_tree(n_small: int = 12, n_blobs: int = 20, seed: int = 8) -> dict[str, bytes]:
+    """Small files (packed) and 64–160 KiB files (one blob each, with `separate_blobs_above`): many
+    requests per hydrate, each with a body worth cutting in half."""
+    rng = random.Random(seed)
+    files = {f"p/{i:02d}/s.neff": rng.randbytes(rng.randrange(100, 4000)) for i in range(n_small)}
+    files.update({f"b/{i:02d}.neff": rng.randbytes(rng.randrange(64 << 10, 160 << 10)) for i in range(n_blobs)})
+    return files
+
+
+def publish_tree(store: Store, root: Path, monkeypatch: pytest.MonkeyPatch, *, model: str = "tiny",
+                 separate_blobs_above: int = 32 << 10) -> Manifest:
+    monkeypatch.setattr(snapshot, "SMALL_FILE", separate_blobs_above)
+    return publish(store, fingerprint=fingerprint(), spec=spec(model), roots={"cache": root},
+                   include=lambda root, rel, path: True).manifest
+
+
+def hydrate_into(open_store: object, dest: Path, names: list[str], **kw: object) -> HydrateReport:
+    return hydrate(open_store=open_store, fingerprint=fingerprint(), dest=dest, extra_roots={},  # type: ignore[arg-type]
+                   pins=[Pin(n) for n in names], **kw)  # type: ignore[arg-type]
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
