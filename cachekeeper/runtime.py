@@ -200,10 +200,8 @@ class CompiledComponent:
         if args:
             return self._fall_back("positional arguments (precompiled functions are matched by keyword)",
                                    args, kwargs)
-        spec = aot.call_spec(kwargs)
-        key = canonical.digest(spec)
-        if key not in self._by_call:
-            self._by_call[key] = self._prepare(spec)
+        self.precompiled_for(**kwargs)
+        key = canonical.digest(aot.call_spec(kwargs))
         fn = self._by_call[key]
         if fn is None:
             return self._fall_back("", args, kwargs)
@@ -218,6 +216,14 @@ class CompiledComponent:
             return self._fall_back(f"precompiled function not used: {why}", args, kwargs)
         self.stats.precompiled_calls += 1
         return fn(self.model, **kwargs)
+
+    def precompiled_for(self, **kwargs: Any) -> bool:
+        """Whether a call with these arguments would run a precompiled function (checked and loaded now,
+        once per signature; a warning names the reason when not). Runs nothing."""
+        key = canonical.digest(spec := aot.call_spec(kwargs))
+        if key not in self._by_call:
+            self._by_call[key] = self._prepare(spec)
+        return self._by_call[key] is not None
 
     def _prepare(self, spec: Mapping[str, Any]) -> Callable[..., Any] | None:
         """Choose, check and load the function for one call signature; None (after one warning) if not."""

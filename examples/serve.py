@@ -76,14 +76,14 @@ def main(argv: list[str] | None = None) -> None:
         compiled = build.compile_model(model, args.mode, {})
     inputs = build_inputs(model, ref, Shape(args.height, args.width, args.batch), args.dtype, args.device)
     first_call_s = build.first_call(compiled, inputs, args.device)
-    if args.mode == "aot":
-        helper = {"precompiled_calls": compiled.stats.precompiled_calls,
-                  "fallback_calls": compiled.stats.fallback_calls, "fallbacks": compiled.stats.fallbacks}
     if args.compare_eager:
         from cachekeeper.backends.inductor.aot import max_abs_diff
 
         with torch.no_grad():
             helper["max_abs_diff"] = max_abs_diff(compiled(**inputs), model(**inputs))
+    if args.mode == "aot":
+        helper.update(precompiled_calls=compiled.stats.precompiled_calls,
+                      fallback_calls=compiled.stats.fallback_calls, fallbacks=compiled.stats.fallbacks)
 
     if args.mega_cache_save:
         saved = torch.compiler.save_cache_artifacts()

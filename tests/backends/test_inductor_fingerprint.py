@@ -51,7 +51,7 @@ def test_registered_as_inductor_with_its_contract() -> None:
     b = get_backend("inductor")
     assert isinstance(b, InductorBackend)
     assert (b.name, b.env_var, b.modes, b.shared_roots) == (
-        "inductor", "TORCHINDUCTOR_CACHE_DIR", ("full", "repeated_blocks"), frozenset({"pch"}))
+        "inductor", "TORCHINDUCTOR_CACHE_DIR", ("full", "repeated_blocks", "aot"), frozenset({"pch"}))
 
 
 def test_import_and_fingerprint_do_not_import_torch() -> None:
@@ -142,6 +142,29 @@ def test_compile_options_change_the_id_but_locations_do_not() -> None:
     b = backend()
     assert b.fingerprint({**CPU, "mode": "max-autotune"}).id != b.fingerprint(CPU).id
     assert b.fingerprint({**CPU, "pch_dir": "/elsewhere"}).id == b.fingerprint(CPU).id
+
+
+# --- version pins: checked like the device backends', never fingerprint fields ---------------------
+
+
+def test_a_matching_version_pin_is_checked_not_a_field() -> None:
+    b = backend()
+    torch = probes.dist_version("torch") or ""
+    pinned = b.fingerprint({**CPU, "torch_version": torch.split("+")[0].rsplit(".", 1)[0]})
+    assert pinned.id == b.fingerprint(CPU).id
+    assert not any(k.startswith("option.") for k, _ in pinned.fields)
+
+
+@pytest.mark.parametrize(("pin", "message"), [
+    ({"torch_version": "1.0"}, "config pins torch 1.0 but "),
+    ({"diffusers_version": "0.0.1"}, "config pins diffusers 0.0.1 but "),
+    ({"no_such_dist_version": "1"}, "config pins no-such-dist 1 but it is not installed"),
+])
+def test_a_version_pin_this_host_does_not_meet_is_refused(pin: dict[str, str], message: str) -> None:
+    if "diffusers_version" in pin and probes.dist_version("diffusers") is None:
+        pytest.skip("diffusers is not installed")
+    with pytest.raises(BackendUnavailable, match=message):
+        backend().fingerprint({**CPU, **pin})
 
 
 # --- availability ----------------------------------------------------------------------------------

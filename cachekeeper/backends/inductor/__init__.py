@@ -20,6 +20,7 @@ from typing import ClassVar
 from ...errors import BackendUnavailable
 from ...fingerprint import Fingerprint
 from .. import MODES
+from .._common import check_pins, is_pin, pinned_versions
 from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 from . import probes
 
@@ -61,6 +62,8 @@ class InductorBackend(Backend):
         reason = self.unavailable_reason(options)
         if reason is not None:
             raise BackendUnavailable(f"inductor: {reason}")
+        # `*_version` options pin distributions (torch, diffusers, ...): checked, never fields.
+        check_pins(self.name, options, pinned_versions(options))
         env = self.env
         device = options.get("device", "cpu")
         cxx = probes.cxx_path(env)
@@ -78,7 +81,8 @@ class InductorBackend(Backend):
         if device.startswith("cuda"):
             fields.update(self._cuda_fields())
         fields.update({f"env.{k}": v for k, v in probes.output_env(env).items()})
-        fields.update({f"option.{k}": v for k, v in options.items() if k not in LOCATION_OPTIONS})
+        fields.update({f"option.{k}": v for k, v in options.items()
+                       if k not in LOCATION_OPTIONS and not is_pin(k)})
         return Fingerprint.of(self.name, fields)
 
     @staticmethod
