@@ -1,7 +1,8 @@
-"""First-call latency of a compiled diffusers component, four ways, side by side in one run:
+"""First-call latency of a compiled diffusers component, five ways, side by side in one run:
 
   cold      empty TORCHINDUCTOR_CACHE_DIR and TMPDIR: Inductor compiles everything (and the C++ header)
   hydrate   `cachekeeper hydrate` from a store into a fresh dir + fresh TMPDIR, then a new process
+  aot       the same for an Inductor `aot` entry (precompiled function), served by cachekeeper.runtime
   mega      PyTorch Mega-Cache: torch.compiler.load_cache_artifacts(blob) into an empty dir, then compile
   warm      the cache dir a cold run filled, in place (the best a long-lived host gets)
 
@@ -11,6 +12,8 @@ backend time = cache load on a hit). Not a test: it takes minutes on a CPU.
 
     python benchmarks/cold_start.py                       # tiny Flux transformer, CPU, 3 repeats
     python benchmarks/cold_start.py --device cuda --repeats 5 --json results.json
+    python examples/make_tiny_model.py --out /tmp/m --only tiny-unet &&
+      python benchmarks/cold_start.py --model /tmp/m/tiny-unet --component unet --inputs unet
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SERVE = REPO / "examples" / "serve.py"
-SCENARIOS = ("cold", "hydrate", "mega", "warm")
+SCENARIOS = ("cold", "hydrate", "aot", "mega", "warm")
 COLUMNS = ("first_call_s", "process_s", "hydrate_s", "dynamo_s", "backend_s", "mega_cache_load_s")
 
 
@@ -64,6 +67,7 @@ class Bench:
         self.args, self.work = args, work
         self.store = f"file://{work / 'store'}"
         self.config = work / "bench.yaml"
+        self.aot_config = work / "bench-aot.yaml"   # the same matrix in mode aot: its own entry, same store
         self.model = args.model.resolve() if args.model else work / "models" / "tiny-flux"
         self.mega_blob = work / "mega-cache.bin"
         self.warm_dir: tuple[Path, Path] | None = None
@@ -95,17 +99,19 @@ class Bench:
         if not a.model:
             run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(self.work / "models"),
                  "--only", "tiny-flux"], os.environ, self.work)
-        self.config.write_text(json.dumps({   # JSON is YAML
-            "version": 1,
-            "defaults": {"backends": ["inductor"], "modes": ["full"], "dtypes": [a.dtype],
-                         "shapes": {"height": [a.height], "width": [a.width], "batch": [a.batch]}},
-            "backend_options": {"inductor": {"device": a.device}},
-            "models": [{"name": "bench", "path": str(self.model), "component": a.component, "inputs": a.inputs}],
-        }, indent=1))
-        print(f"prebuild into {self.store} ...", flush=True)
-        _, secs = run(["cachekeeper", "prebuild", str(self.config), "--store", self.store, "--no-catalog"],
-                      os.environ, self.work)
-        print(f"prebuild: {secs:.1f} s", flush=True)
+        for config, mode in ((self.config, "full"), (self.aot_config, "aot")):
+            config.write_text(json.dumps({   # JSON is YAML
+                "version": 1,
+                "defaults": {"backends": ["inductor"], "modes": [mode], "dtypes": [a.dtype],
+                             "shapes": {"height": [a.height], "width": [a.width], "batch": [a.batch]}},
+                "backend_options": {"inductor": {"device": a.device}},
+                "models": [{"name": "bench", "path": str(self.model), "component": a.component,
+                            "inputs": a.inputs}],
+            }, indent=1))
+            print(f"prebuild ({mode}) into {self.store} ...", flush=True)
+            _, secs = run(["cachekeeper", "prebuild", str(config), "--store", self.store, "--no-catalog"],
+                          os.environ, self.work)
+            print(f"prebuild ({mode}): {secs:.1f} s", flush=True)
 
     # --- scenarios ---------------------------------------------------------------------------------
 
@@ -122,6 +128,15 @@ class Bench:
         _, secs = run(["cachekeeper", "hydrate", "--config", str(self.config), "--dest", str(cache),
                        "--store", self.store], self.env(cache, tmp), self.work)
         return {**self.serve(cache, tmp), "hydrate_s": round(secs, 3)}
+
+    def aot(self) -> dict[str, Any]:
+        cache, tmp = self.fresh("aot")
+        _, secs = run(["cachekeeper", "hydrate", "--config", str(self.aot_config), "--dest", str(cache),
+                       "--store", self.store], self.env(cache, tmp), self.work)
+        result = self.serve(cache, tmp, "--mode", "aot")
+        if result.get("fallback_calls"):
+            sys.exit(f"cold_start: the aot run fell back to compiling: {result.get('fallbacks')}")
+        return {**result, "hydrate_s": round(secs, 3)}
 
     def mega(self) -> dict[str, Any]:
         cache, tmp = self.fresh("mega")
@@ -166,6 +181,10 @@ def report(summary: Mapping[str, Mapping[str, float]], repeats: int, device: str
     h, m = summary["hydrate"], summary["mega"]
     lines.append(f"hydrate vs mega-cache: {m['first_call_s'] / h['first_call_s']:.1f}x faster first call; "
                  f"hydrate + first call {h['hydrate_s'] + h['first_call_s']:.1f}s vs cold {cold:.1f}s")
+    a, w = summary["aot"], summary["warm"]
+    a_total = a["hydrate_s"] + a["first_call_s"]
+    lines.append(f"aot: hydrate + first call {a_total:.2f}s = {a_total / w['first_call_s']:.2f}x the warm "
+                 f"cache-dir first call (target <= 0.6x), 1/{cold / a_total:.0f} of cold (target >= 1/10)")
     return "\n".join(lines)
 
 
