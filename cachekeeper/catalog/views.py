@@ -8,7 +8,7 @@ these are views over its tables, not part of the index's write contract.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from sqlalchemy.orm import aliased
 
 from ..fingerprint import Fingerprint
 from ..inspection.diff import EntryCost
-from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
+from ..manifest import CAPTURED_PREFIX, KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
 
@@ -99,7 +99,7 @@ class MatrixFilter:
     dtype: str | None = None
     status: str | None = None        # built | missing | captured
     page: int = 1
-    per_page: int = 50
+    per_page: int = 10               # models per page: each brings all its (component, mode, dtype) rows
 
 
 @dataclass(frozen=True)
@@ -154,69 +154,81 @@ def _aggregates(fp_id: str) -> dict[str, ColumnElement[Any]]:
     }
 
 
-def _status_having(status: str | None, agg: dict[str, ColumnElement[Any]]) -> ColumnElement[bool] | None:
-    return {"built": agg["built"] > 0, "missing": agg["entries"] > agg["here"],
-            "captured": agg["captured"] > 0}.get(status or "")
+def _models(conn: Connection, f: MatrixFilter) -> list[str]:
+    """The models the matrix pages over. Unfiltered, an index-only scan of (backend, model); a status,
+    mode or dtype filter aggregates the backend's rows per model instead (slower, still one query)."""
+    if f.status is None and f.mode is None and f.dtype is None:
+        query = select(M.model).where(M.backend == f.backend, SPECCED).distinct().order_by(M.model)
+        if f.model is not None:
+            query = query.where(M.model == f.model)
+        return [str(m) for m in conn.scalars(query)]
+    agg = _aggregates(f.fingerprint_id)
+    having = {"built": agg["built"] > 0, "missing": agg["entries"] > agg["here"],
+              "captured": agg["captured"] > 0}.get(f.status or "")
+    grouped = select(M.model).where(*_row_filter(f)).group_by(M.model).order_by(M.model)
+    return [str(m) for m in conn.scalars(grouped if having is None else grouped.having(having))]
 
 
 def matrix(conn: Connection, f: MatrixFilter) -> Matrix:
-    """One page of (model, component, mode, dtype) rows; each cell aggregates one shape."""
-    agg = _aggregates(f.fingerprint_id)
-    keys = (M.model, M.component, M.mode, M.dtype)
-    rows_q = select(*keys).where(*_row_filter(f)).group_by(*keys).order_by(*keys)
-    having = _status_having(f.status, agg)
-    if having is not None:
-        rows_q = rows_q.having(having)
-    page = list(conn.execute(rows_q.limit(f.per_page + 1).offset((f.page - 1) * f.per_page)))
-    has_next = len(page) > f.per_page
-    page = page[:f.per_page]
+    """One page of models; a row per (model, component, mode, dtype), a cell per shape, each cell counted
+    over every toolchain of the backend (so "missing" means: built elsewhere, not here)."""
+    models = _models(conn, f)
+    page = models[(f.page - 1) * f.per_page:f.page * f.per_page]
     if not page:
         return Matrix((), (), has_next=False)
+    agg = _aggregates(f.fingerprint_id)
     here = M.fingerprint_id == f.fingerprint_id
+    keys = (M.model, M.component, M.mode, M.dtype)
     cells_q = (select(*keys, M.height, M.width, M.batch, *[a.label(n) for n, a in agg.items()],
                       func.sum(case((here, M.total_size))).label("size"),
                       func.sum(case((here, _seconds()))).label("seconds"))
-               .where(*_row_filter(f), M.model.in_(sorted({r.model for r in page})))
+               .where(*_row_filter(f), M.model.in_(page))
                .group_by(*keys, M.height, M.width, M.batch))
-    wanted = {tuple(r) for r in page}
-    cells: dict[tuple[Any, ...], dict[str, Cell]] = {k: {} for k in wanted}
+    cells: dict[tuple[str, str, str, str], dict[str, Cell]] = {}
     shapes: set[tuple[int, int, int]] = set()
     for r in conn.execute(cells_q):
-        row_key = (r.model, r.component, r.mode, r.dtype)
-        if row_key not in wanted:
-            continue
         status = _cell_status(r.entries, r.here, r.built, r.captured)
+        row = cells.setdefault((str(r.model), str(r.component), str(r.mode), str(r.dtype)), {})
         if f.status and status != f.status and not (f.status == "missing" and status == "partial"):
             continue
         shape = (r.height or 0, r.width or 0, r.batch or 0)
         shapes.add(shape)
         label = "{}x{}x{}".format(*shape)
-        cells[row_key][label] = Cell(label, status, r.entries, r.here, int(r.size or 0),
-                                     None if r.seconds is None else round(float(r.seconds), 1))
-    rows = tuple(MatrixRow(str(k[0]), str(k[1]), str(k[2]), str(k[3]), cells[tuple(k)]) for k in page)
-    return Matrix(rows, tuple("{}x{}x{}".format(*s) for s in sorted(shapes)), has_next)
+        row[label] = Cell(label, status, r.entries, r.here, int(r.size or 0),
+                          None if r.seconds is None else round(float(r.seconds), 1))
+    rows = tuple(MatrixRow(*k, cells=v) for k, v in sorted(cells.items()) if v or not f.status)
+    return Matrix(rows, tuple("{}x{}x{}".format(*s) for s in sorted(shapes)), len(models) > f.page * f.per_page)
 
 
 @dataclass(frozen=True)
-class CapturedSummary:
-    sets: int
+class FingerprintDetail:
+    entries: int
+    captured: int
+    shared: int
     size: int
-    latest: datetime | None
+    captured_size: int
+    captured_latest: datetime | None
 
 
-def captured_summary(conn: Connection, fp_id: str) -> CapturedSummary:
-    row = conn.execute(select(func.count(), func.coalesce(func.sum(M.total_size), 0), func.max(M.created_at))
-                       .where(M.fingerprint_id == fp_id, M.kind == KIND_CAPTURED)).one()
-    return CapturedSummary(int(row[0]), int(row[1]), aware(row[2]) if row[2] else None)
+def fingerprint_detail(conn: Connection, fp_id: str) -> FingerprintDetail:
+    """One toolchain's manifests by kind: a range of the (fingerprint_id, name) index."""
+    got = {r.kind: r for r in conn.execute(
+        select(M.kind, func.count().label("n"), func.coalesce(func.sum(M.total_size), 0).label("size"),
+               func.max(M.created_at).label("latest")).where(M.fingerprint_id == fp_id).group_by(M.kind))}
+    cap = got.get(KIND_CAPTURED)
+    return FingerprintDetail(
+        entries=got[KIND_ENTRY].n if KIND_ENTRY in got else 0, captured=cap.n if cap else 0,
+        shared=got[KIND_SHARED].n if KIND_SHARED in got else 0, size=sum(int(r.size) for r in got.values()),
+        captured_size=int(cap.size) if cap else 0, captured_latest=aware(cap.latest) if cap else None)
 
 
-def filter_choices(conn: Connection, backend: str) -> dict[str, list[str]]:
-    """Values the filter drop-downs offer: distinct models, modes, dtypes of the backend (index-only)."""
-    out: dict[str, list[str]] = {}
-    for name, column in (("model", M.model), ("mode", M.mode), ("dtype", M.dtype)):
-        query = select(column).where(M.backend == backend, column.is_not(None)).distinct().order_by(column)
-        out[name] = [str(v) for v in conn.scalars(query.limit(500))]
-    return out
+def filter_choices(conn: Connection, backend: str, fp_id: str) -> dict[str, list[str]]:
+    """What the filter drop-downs offer: the backend's models (index-only), the chosen toolchain's modes
+    and dtypes (a range of its index): no full scan on the first view."""
+    models = conn.scalars(select(M.model).where(M.backend == backend, SPECCED).distinct().order_by(M.model))
+    pairs = conn.execute(select(M.mode, M.dtype).where(M.fingerprint_id == fp_id, SPECCED).distinct()).all()
+    return {"model": [str(m) for m in models], "mode": sorted({str(p.mode) for p in pairs}),
+            "dtype": sorted({str(p.dtype) for p in pairs})}
 
 
 # --- queue and publishes -----------------------------------------------------------------------------
@@ -286,14 +298,12 @@ def recent_publishes(conn: Connection, limit: int = 20) -> list[Publish]:
             for r in conn.execute(query)]
 
 
-def fingerprint_summaries(conn: Connection, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Per toolchain: backend, entries, captured sets and bytes (one grouped scan)."""
-    entries = func.count(M.digest).filter(M.kind == KIND_ENTRY)
-    captured = func.count(M.digest).filter(M.kind == KIND_CAPTURED)
-    query = (select(F.id, F.backend, entries.label("entries"), captured.label("captured"),
-                    func.coalesce(func.sum(M.total_size), 0).label("size"))
-             .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id, F.backend).order_by(F.id))
-    if ids is not None:
-        query = query.where(F.id.in_(list(ids)))
-    return [{"id": r.id, "backend": r.backend, "entries": r.entries, "captured": r.captured, "size": int(r.size)}
-            for r in conn.execute(query)]
+def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
+    """Per toolchain: backend, manifests and captured sets, counted on the (fingerprint_id, name) index
+    alone (captured sets are named captured/<hash>): no table scan on the first view."""
+    backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
+    captured = func.count(case((M.name.startswith(CAPTURED_PREFIX, autoescape=True), 1)))
+    counts = conn.execute(select(M.fingerprint_id, func.count(), captured).group_by(M.fingerprint_id)).all()
+    found = {fp_id: (int(n), int(c)) for fp_id, n, c in counts}
+    return [{"id": fp_id, "backend": backend, "manifests": found.get(fp_id, (0, 0))[0],
+             "captured": found.get(fp_id, (0, 0))[1]} for fp_id, backend in sorted(backends.items())]

@@ -50,18 +50,18 @@ def create_app(catalog: Catalog) -> Starlette:
         with views.reading(catalog) as conn:
             fps = views.fingerprint_summaries(conn)
             chosen = _choose(q, fps)
-            matrix = choices = captured = None
+            matrix = choices = detail = None
             if chosen is not None:
                 f = views.MatrixFilter(chosen["id"], chosen["backend"], q.model, q.mode, q.dtype, q.status,
                                        q.page, q.per)
                 # Captured sets have no shape: they are the matrix's last row, not cells.
                 matrix = views.Matrix((), (), False) if q.status == "captured" else views.matrix(conn, f)
-                choices = views.filter_choices(conn, chosen["backend"])
-                captured = views.captured_summary(conn, chosen["id"])
+                choices = views.filter_choices(conn, chosen["backend"], chosen["id"])
+                detail = views.fingerprint_detail(conn, chosen["id"])
             queue = views.queue_view(conn)
             publishes = views.recent_publishes(conn)
         return page(request, "index.html", {
-            "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "captured": captured,
+            "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "detail": detail,
             "queue": queue,
             "publishes": publishes, "statuses": views.STATUSES,
             "prev_url": _page_url(q, chosen, q.page - 1) if q.page > 1 else None,
@@ -98,10 +98,10 @@ def _choose(q: MatrixParams, fps: list[dict[str, Any]]) -> dict[str, Any] | None
     if q.fp is not None:
         chosen_id = resolve_prefix(q.fp, [f["id"] for f in fps])
         return next(f for f in fps if f["id"] == chosen_id)
-    return max(fps, key=lambda f: (f["entries"], f["id"]), default=None)
+    return max(fps, key=lambda f: (f["manifests"], f["id"]), default=None)
 
 
 def _page_url(q: MatrixParams, chosen: dict[str, Any] | None, page: int) -> str:
     params = {"fp": chosen["id"] if chosen else None, "model": q.model, "mode": q.mode, "dtype": q.dtype,
-              "status": q.status, "per": q.per if q.per != 50 else None, "page": page}
+              "status": q.status, "per": q.per if q.per != MatrixParams.per else None, "page": page}
     return "?" + urlencode({k: v for k, v in params.items() if v is not None})

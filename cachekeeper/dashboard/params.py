@@ -28,7 +28,7 @@ class MatrixParams:
     dtype: str | None = None
     status: str | None = None
     page: int = 1
-    per: int = 50
+    per: int = 10          # models per page
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,8 @@ def parse_matrix(query: str) -> MatrixParams:
     if status is not None and status not in STATUSES:
         raise BadQuery(f"status must be one of {', '.join(STATUSES)}, got {status[:40]!r}")
     return MatrixParams(fp=_fp(d, "fp"), model=_text(d, "model"), mode=_text(d, "mode"), dtype=_text(d, "dtype"),
-                        status=status, page=_int(d, "page", 1, MAX_PAGE), per=_int(d, "per", 50, MAX_PER_PAGE))
+                        status=status, page=_int(d, "page", 1, MAX_PAGE),
+                        per=_int(d, "per", MatrixParams.per, MAX_PER_PAGE))
 
 
 def parse_diff(query: str) -> DiffParams:
