@@ -211,12 +211,16 @@ from cachekeeper.hydrate.resolve import Pin
 from cachekeeper.fingerprint import Fingerprint
 
 class Slow(FileStore):
-    def download(self, key, out):
-        n = 0
-        with open(self._path(key), "rb") as f:
-            while chunk := f.read(1 << 18):
-                out.write(chunk); n += len(chunk); time.sleep(0.01)
-        return n
+    def open_range(self, key, start, end, read_timeout, connect_timeout):
+        body = super().open_range(key, start, end, read_timeout, connect_timeout)
+        chunks = body.chunks
+
+        def slow(size):
+            for chunk in chunks(1 << 18):
+                time.sleep(0.01)
+                yield chunk
+        body.chunks = slow
+        return body
 
 store = Slow(Path({str(store.root)!r}))
 hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchain": "1"}}),
