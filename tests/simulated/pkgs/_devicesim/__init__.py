@@ -61,6 +61,8 @@ def artifact_compiler(path: Path) -> str | None:
 def value_signature(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"T{tuple(value.shape)}:{value.dtype}"
+    if isinstance(value, torch.Generator):
+        return "Generator"  # its state feeds the op at run time; its repr (an address) is not part of a key
     return repr(value)[:80]
 
 
