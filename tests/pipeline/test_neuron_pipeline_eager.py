@@ -30,7 +30,9 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def entry(warmup: str) -> tuple[EntrySpec, ModelRef]:
-    options = {"max_sequence_length": "16", **({"warmup": "pipeline", "guidance": "off"} if warmup == "pipeline" else {})}
+    options = {"max_sequence_length": "16"}
+    if warmup == "pipeline":
+        options.update(warmup="pipeline", guidance="off")
     spec = EntrySpec(MODEL, "transformer", "neuron", "eager", Shape(64, 64, 1), "float32",
                      options=tuple(sorted(options.items())))
     return spec, ModelRef(MODEL, "transformer", warmup=warmup, max_sequence_length=16)
@@ -48,7 +50,8 @@ def hydrated(warmup: str, built: Path, dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pipeline_build(host: Path, pipelines: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def pipeline_build(host: Path, pipelines: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     work = tmp_path_factory.mktemp("pipeline-warmup")
     return work, build(pipelines, "pipeline", work)
 
