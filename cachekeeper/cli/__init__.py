@@ -37,8 +37,10 @@ def _register() -> None:
 
     cli.add_command(db)
     cli.add_command(catalog)
+    from .boot import env
     from .capture import capture
     cli.add_command(capture)
+    cli.add_command(env)
     from .inspect import dashboard, diff, explain
     for command in (diff, explain, dashboard):
         cli.add_command(command)

@@ -1,0 +1,74 @@
+"""deploy/boot/kubernetes.yaml, checked with PyPI's kubernetes-validate (the Kubernetes OpenAPI schemas,
+strict), and wired as documented: an initContainer hydrates an emptyDir the server shares, and the server
+reads the env it exported; runtime compiles are published by preStop and by a capture sidecar."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cachekeeper.config import load_config
+
+from .conftest import BOOT, k8s_documents
+
+KUBERNETES_VERSION = "1.30.0"   # native sidecars (initContainers with restartPolicy: Always) are GA from 1.29
+
+
+def _validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "-k", KUBERNETES_VERSION,
+                           str(path)], capture_output=True, text=True, check=False)
+
+
+def _pod() -> dict[str, Any]:
+    [deployment] = [d for d in k8s_documents() if d["kind"] == "Deployment"]
+    pod: dict[str, Any] = deployment["spec"]["template"]["spec"]  # type: ignore[index]
+    return pod
+
+
+def test_the_manifests_pass_kubernetes_validate() -> None:
+    pytest.importorskip("kubernetes_validate")
+    proc = _validate(BOOT / "kubernetes.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("passed for resource") == 2
+
+
+def test_the_validator_catches_a_wrong_field(tmp_path: Path) -> None:
+    pytest.importorskip("kubernetes_validate")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((BOOT / "kubernetes.yaml").read_text().replace("mountPath: /cache\n", "mountpath: /cache\n", 1))
+    assert _validate(bad).returncode != 0
+
+
+def test_an_init_container_hydrates_the_empty_dir_the_server_reads() -> None:
+    pod = _pod()
+    [volume] = [v for v in pod["volumes"] if "emptyDir" in v]
+    hydrate, server = pod["initContainers"][0], pod["containers"][0]
+    assert hydrate["name"] == "hydrate" and "restartPolicy" not in hydrate  # a real init step, run to completion
+    for c in (hydrate, server):
+        assert {"name": volume["name"], "mountPath": "/cache"} in c["volumeMounts"]
+    script = hydrate["command"][-1]
+    assert "cachekeeper hydrate" in script and "--deadline" in script and "--best-effort" in script
+    exported = script.split("--output ")[1].split()[0]
+    assert exported.startswith("/cache/") and server["command"][-1].startswith(f". {exported} && exec ")
+    assert hydrate["image"] == server["image"], "the same image: the same toolchain fingerprint"
+    tmpdirs = {e["value"] for c in (hydrate, server) for e in c["env"] if e["name"] == "TMPDIR"}
+    assert len(tmpdirs) == 1 and tmpdirs.pop().startswith("/cache/"), "the PCH lands where the server looks"
+
+
+def test_runtime_compiles_are_published_by_pre_stop_and_a_sidecar() -> None:
+    pod = _pod()
+    pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[:2] == ["cachekeeper", "capture"] and "--publish" in pre_stop
+    [sidecar] = [c for c in pod["initContainers"] if c.get("restartPolicy") == "Always"]
+    assert sidecar["command"][:2] == ["cachekeeper", "capture"] and "--watch" in sidecar["command"]
+
+
+def test_the_config_map_holds_a_valid_cachekeeper_config(tmp_path: Path) -> None:
+    [config_map] = [d for d in k8s_documents() if d["kind"] == "ConfigMap"]
+    path = tmp_path / "prebuild.yaml"
+    path.write_text(config_map["data"]["prebuild.yaml"])  # type: ignore[index]
+    assert [e.spec.shape.label() for e in load_config(str(path)).entries()] == ["1024x1024x1"]

@@ -1,0 +1,66 @@
+"""deploy/boot/systemd: checked by `systemd-analyze verify` (Debian's systemd), and wired as documented:
+hydrate is a oneshot ordered Before= the server, bounded (--deadline) and best effort, writes the
+EnvironmentFile the server unit reads, and publishes runtime compiles at shutdown."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachekeeper.cli.boot import render
+
+from .conftest import SYSTEMD, env_file, unit_values
+
+HYDRATE = SYSTEMD / "cachekeeper-hydrate.service"
+SERVER = SYSTEMD / "inference.service"
+
+
+def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (scripts/setup installs Debian's systemd)")
+    # verify checks that each Exec binary exists: point them at this machine's cachekeeper and python.
+    cachekeeper = Path(sys.executable).with_name("cachekeeper")
+    for unit in SYSTEMD.glob("*.service"):
+        text = unit.read_text().replace("/usr/local/bin/cachekeeper", str(cachekeeper))
+        (tmp_path / unit.name).write_text(text.replace("/usr/bin/python3", sys.executable))
+    units = sorted(str(p) for p in tmp_path.glob("*.service"))
+    assert len(units) == 3
+    proc = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_hydrate_runs_once_before_the_server_bounded_and_best_effort() -> None:
+    assert unit_values(HYDRATE, "Service", "Type") == ["oneshot"]
+    assert unit_values(HYDRATE, "Unit", "Before") == ["inference.service"]
+    assert unit_values(SERVER, "Unit", "After") == ["cachekeeper-hydrate.service"]
+    [start] = unit_values(HYDRATE, "Service", "ExecStart")
+    assert " hydrate " in start and "--deadline ${CACHEKEEPER_DEADLINE}" in start and "--best-effort" in start
+    assert int(env_file(SYSTEMD / "hydrate.env")["CACHEKEEPER_DEADLINE"]) < int(
+        unit_values(HYDRATE, "Service", "TimeoutStartSec")[0]), "the deadline ends the hydrate before systemd does"
+
+
+def test_hydrate_writes_the_environment_file_the_server_reads() -> None:
+    [post] = unit_values(HYDRATE, "Service", "ExecStartPost")
+    written = post.split("--output ")[1].split()[0]
+    assert " env " in post and "--format systemd" in post
+    assert unit_values(SERVER, "Service", "EnvironmentFile") == [f"-{written}"]
+    assert written.startswith("/run/" + unit_values(HYDRATE, "Service", "RuntimeDirectory")[0] + "/")
+
+
+def test_the_environment_file_format_is_systemds() -> None:
+    text = render({"TORCHINDUCTOR_CACHE_DIR": '/var/cache/a "b"\\c'}, "systemd")
+    assert text == 'TORCHINDUCTOR_CACHE_DIR="/var/cache/a \\"b\\"\\\\c"\n'
+    assert render({"X": "a b"}, "shell") == "export X='a b'\n"
+
+
+def test_runtime_compiles_are_published_at_shutdown_and_periodically() -> None:
+    assert unit_values(HYDRATE, "Service", "RemainAfterExit") == ["yes"], "ExecStop runs only for an active unit"
+    [stop] = unit_values(HYDRATE, "Service", "ExecStop")
+    assert stop.startswith("-") and " capture " in stop and "--publish" in stop  # never fails the shutdown
+    [watch] = unit_values(SYSTEMD / "cachekeeper-capture.service", "Service", "ExecStart")
+    assert " capture " in watch and "--publish --watch" in watch
