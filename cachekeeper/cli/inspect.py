@@ -31,7 +31,7 @@ def open_readonly(url: str | None, config: Config | None = None) -> Catalog:
 @click.command()
 @click.argument("a", required=False)
 @click.argument("b", required=False)
-@click.option("--host", "use_host", is_flag=True, help="compare this host's toolchain (A) with fingerprint A→B")
+@click.option("--host", "use_host", is_flag=True, help="compare this host's toolchain (A) with fingerprint B")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
               help="what-if: this host's toolchain (A) against itself with these fields changed (B)")
 @click.option("--backend", help="backend of this host's toolchain (default: B's, or the config's only one)")
@@ -67,7 +67,7 @@ def diff(a: str | None, b: str | None, use_host: bool, sets: tuple[str, ...], ba
                           0: "--set takes no fingerprint ids"}[want])
     config = _load_config(config_path)
     with open_readonly(catalog_url, config) as catalog, views.reading(catalog) as conn:
-        ids = {p: resolve_prefix(p, views.fingerprint_ids(conn, p.strip().lower()[:16])) for p in positional}
+        ids = {p: resolve_prefix(p, views.fingerprint_ids(conn, p.strip().lower())) for p in positional}
         fps = {p: views.fingerprint(conn, i) for p, i in ids.items()}
         resolved: list[Fingerprint] = [fp for fp in fps.values() if fp is not None]
         if use_host or sets:

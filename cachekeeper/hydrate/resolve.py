@@ -135,7 +135,7 @@ def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
 
     def get(name: str) -> Manifest | None:
         try:
-            return _get(store, fingerprint.id, Pin(name), trusted)
+            return _get(store, fingerprint.id, Pin(name, kind=KIND_CAPTURED), trusted)
         except (IntegrityError, ManifestError, UnsafePath):
             return None
 

@@ -4,12 +4,15 @@ lacks, and what rebuilding them costs (recorded build times, scheduled over N wo
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from ..fingerprint import Fingerprint
+
+ID_PREFIX = re.compile(r"[0-9a-f]{1,16}")
 
 
 @dataclass(frozen=True)
@@ -107,8 +110,9 @@ def with_overrides(fp: Fingerprint, pairs: Sequence[str]) -> Fingerprint:
 def resolve_prefix(prefix: str, ids: Iterable[str], what: str = "fingerprint") -> str:
     """The one id starting with `prefix`; none or several is a one-line error naming them."""
     prefix = prefix.strip().lower()
-    if not prefix:
-        raise UsageError(f"empty {what} id")
+    if not ID_PREFIX.fullmatch(prefix):
+        raise UsageError(f"{prefix!r} is not a {what} id (1 to 16 hex digits)",
+                         "`cachekeeper stats` lists the fingerprints the catalog knows")
     ids = sorted(set(ids))
     if prefix in ids:
         return prefix

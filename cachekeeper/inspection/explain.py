@@ -89,6 +89,9 @@ def hint(name: str, built: str, host: str) -> str:
                 "type; never force ATEN_CPU_CAPABILITY to reuse it (wrong results)")
     if name in VERSION_FIELDS:
         return f"package version: {name} {built} built, {host} here; install {name}=={built} or prebuild for {host}"
+    if name.endswith("_path"):
+        return (f"{name.removesuffix('_path')} is installed at another path ({built} built, {host} here); "
+                "install it where the builders do (same image or venv path) or prebuild here")
     if name in HARDWARE_FIELDS:
         return f"different hardware ({name}): prebuild on a {host} host; {built} artifacts cannot serve it"
     if any(w in name for w in FLAG_WORDS) or name.startswith(("env.", "option.")):

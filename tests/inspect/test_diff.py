@@ -53,3 +53,6 @@ def test_fingerprint_prefixes_resolve_to_exactly_one_id() -> None:
         resolve_prefix("a1b2", ids)
     with pytest.raises(UsageError, match="no fingerprint 'beef' in the catalog"):
         resolve_prefix("beef", ids)
+    for bad in ("", "a1b2c3d4e5f607189", "xyz", "a1b2%"):
+        with pytest.raises(UsageError, match="is not a fingerprint id"):
+            resolve_prefix(bad, ids)

@@ -20,6 +20,7 @@ def test_each_common_cause_gets_its_own_hint() -> None:
     assert "package version: torch 2.13.0 built, 2.14.0 here" in hint("torch", "2.13.0", "2.14.0")
     assert "compiler flag/setting cc_flags differs" in hint("cc_flags", "--model-type=transformer", "")
     assert "only the builders record 'env.X'" in hint("env.X", "1", "∅")
+    assert "torch is installed at another path" in hint("torch_path", "/opt/venv/torch", "/usr/lib/torch")
 
 
 def test_a_miss_names_the_nearest_toolchains_fewest_differences_first() -> None:
