@@ -24,19 +24,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import create_engine, insert
+from starlette.testclient import TestClient
+
+from cachekeeper.catalog import Catalog, views
+from cachekeeper.catalog.db import parse_url
+from cachekeeper.catalog.models import BuildJobModel, FingerprintModel, ManifestModel
+from cachekeeper.dashboard.app import create_app
+from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.inspection.diff import plan_diff
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from sqlalchemy import create_engine, insert  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
-
-from cachekeeper.catalog import Catalog  # noqa: E402
-from cachekeeper.catalog import views  # noqa: E402
-from cachekeeper.catalog.db import parse_url  # noqa: E402
-from cachekeeper.catalog.models import BuildJobModel, FingerprintModel, ManifestModel  # noqa: E402
-from cachekeeper.dashboard.app import create_app  # noqa: E402
-from cachekeeper.fingerprint import Fingerprint  # noqa: E402
-from cachekeeper.inspection.diff import plan_diff  # noqa: E402
 
 SHAPES = [(h, w) for h in (256, 512, 768, 1024, 1280) for w in (256, 512, 768, 1024)]   # 20
 MODES = ("full", "repeated_blocks")
@@ -128,6 +126,7 @@ def measure(url: str, fps: list[Fingerprint], repeats: int) -> dict[str, tuple[f
 
 
 def start_postgres(root: Path) -> Any:
+    sys.path.insert(0, str(REPO))           # the test harness starts and stops the throwaway cluster
     from tests.harness.postgres import PG_USER, _start
     if os.geteuid() == 0:
         pw = pwd.getpwnam(PG_USER)
