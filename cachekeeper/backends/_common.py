@@ -437,6 +437,8 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
         result = build(job)
     except CachekeeperError as exc:
         print(f"cachekeeper-build: error: {exc.message}", file=sys.stderr)
+        if "hint" in vars(exc):  # its own next step, not the class default meant for the CLI
+            print(f"cachekeeper-build: hint: {exc.hint}", file=sys.stderr)
         return 1
     except Exception as exc:
         import traceback
