@@ -76,8 +76,9 @@ def populate(url: str, fps: list[Fingerprint], models: int) -> int:
     with Catalog.open(url, auto_migrate=True):
         pass
     fp_rows, entry_rows = rows(fps, models)
-    jobs = [{"fingerprint_id": fps[-1].id, "entry_key": r["name"], "spec": "{}", "status": "pending",
-             "attempts": 0, "updated_at": datetime.now(UTC)} for r in entry_rows[:2000]]
+    names = list(dict.fromkeys(r["name"] for r in entry_rows))[:2000]
+    jobs = [{"fingerprint_id": fps[-1].id, "entry_key": name, "spec": "{}", "status": "pending",
+             "attempts": 0, "updated_at": datetime.now(UTC)} for name in names]
     engine = create_engine(parse_url(url))
     with engine.begin() as conn:
         conn.execute(insert(FingerprintModel), fp_rows)
