@@ -94,7 +94,7 @@ def _local_toolchain(config: Config | None, backend_name: str, pairs: tuple[str,
 @click.option("--backend", help="backend (default: the config's or lockfile's only one)")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--shape", "shapes", multiple=True, metavar="HxWxB", help="only these compiled shapes of the config")
-@click.option("--dest", type=click.Path(file_okay=False), help="cache dir to fill (default: per-toolchain dir)")
+@click.option("--dest", type=click.Path(), help="cache dir to fill (default: per-toolchain dir)")
 @click.option("--device", help="device the inference runs on (cpu, cuda), for the fingerprint")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
 @store_option
@@ -253,6 +253,18 @@ def _rows_json(rows: list[Any]) -> str:
     return json.dumps([r.__dict__ for r in rows], default=str)
 
 
+def _ls_stream(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None, kind: str,
+               as_json: bool) -> None:
+    """Entries written as the database hands them over, in batches: constant memory at any size."""
+    from ..catalog.listing import written
+
+    lines = catalog.listing(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind, as_json=as_json)
+    n = written(lines, sys.stdout)
+    sys.stdout.flush()
+    if not as_json:
+        _say(f"{n} entries")
+
+
 @cli.command(name="ls")
 @click.option("--backend")
 @click.option("--model")
@@ -262,13 +274,13 @@ def _rows_json(rows: list[Any]) -> str:
 @json_option
 def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, captured: bool, catalog_url: str | None,
         as_json: bool) -> None:
-    """List cached entries (from the catalog)."""
+    """List cached entries (from the catalog). --json: one JSON object per line, streamed."""
     from ..manifest import KIND_CAPTURED, KIND_ENTRY
-    rows = _catalog(catalog_url, None).find(fingerprint_id=fingerprint_id, backend=backend, model=model,
-                                            kind=KIND_CAPTURED if captured else KIND_ENTRY)
-    if as_json:
-        click.echo(_rows_json(rows))
+    kind = KIND_CAPTURED if captured else KIND_ENTRY
+    if as_json or not captured:
+        _ls_stream(_catalog(catalog_url, None), fingerprint_id, backend, model, kind, as_json)
         return
+    rows = _catalog(catalog_url, None).find(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind)
     if captured:
         for r in rows:
             click.echo(f"{r.fingerprint_id}  {r.name}  {r.backend:<8} captured  {r.total_size / 1e6:8.1f} MB  "
