@@ -29,7 +29,7 @@ def test_prebuild_to_s3_with_a_postgres_catalog_then_hydrate_without_the_databas
                                    postgres_url, ok=False).stderr and "revision" in not_migrated
     env.run("db", "upgrade", "--catalog", postgres_url)
     env.run("prebuild", str(env.config), "--store", s3_store_url, "--catalog", postgres_url)
-    assert len(json.loads(env.run("ls", "--catalog", postgres_url, "--json").stdout)) == 2
+    assert len([json.loads(x) for x in env.run("ls", "--catalog", postgres_url, "--json").stdout.splitlines()]) == 2
     env.run("coverage", str(env.config), "--catalog", postgres_url)
     dest = tmp_path / "dest"
     env.run("hydrate", "--config", str(env.config), "--store", s3_store_url, "--dest", str(dest),

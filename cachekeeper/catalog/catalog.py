@@ -108,6 +108,22 @@ class Catalog:
         with self._read() as conn:
             return [_catalog_row(r) for r in conn.execute(find_query(fingerprint_id, backend, model, kind))]
 
+    def listing(self, *, fingerprint_id: str | None = None, backend: str | None = None, model: str | None = None,
+                kind: str = KIND_ENTRY, as_json: bool = False) -> Iterator[list[str]]:
+        """What `find` returns, as `ls` lines (text, or JSON lines) in batches streamed from the database
+        (`listing.py`): constant memory, no row objects, at any catalog size."""
+        from .listing import BATCH, json_query, text_line, text_query
+
+        with self._read() as conn:
+            if as_json:
+                query = json_query(conn.dialect.name, fingerprint_id, backend, model, kind)
+                result = conn.execution_options(yield_per=BATCH).execute(query)
+                yield from (list(part) for part in result.scalars().partitions(BATCH))
+            else:
+                result = conn.execution_options(yield_per=BATCH).execute(
+                    text_query(fingerprint_id, backend, model, kind))
+                yield from ([text_line(r) for r in part] for part in result.partitions(BATCH))
+
     def lookup(self, fingerprint_id: str, names: Iterable[str]) -> dict[str, CatalogRow]:
         """The rows for those entry keys / shared-set names that the catalog has; absent names are misses."""
         wanted = sorted(set(names))

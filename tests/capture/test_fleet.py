@@ -25,9 +25,10 @@ def test_captured_sets_are_counted_apart_from_prebuilt_entries(world: World, cat
     # The prebuilt entry reaches the catalog from the bucket (the source of truth); the captured row stays.
     world.run("catalog", "rebuild", "--catalog", catalog_url)
 
-    entries = json.loads(world.run("ls", "--catalog", catalog_url, "--json").stdout)
+    entries = [json.loads(x) for x in world.run("ls", "--catalog", catalog_url, "--json").stdout.splitlines()]
     assert [r["name"] for r in entries] == [world.spec.key]
-    captured = json.loads(world.run("ls", "--captured", "--catalog", catalog_url, "--json").stdout)
+    listed = world.run("ls", "--captured", "--catalog", catalog_url, "--json").stdout
+    captured = [json.loads(x) for x in listed.splitlines()]
     assert [(r["kind"], r["name"], r["file_count"]) for r in captured] == [("captured", report["manifest"], 2)]
     assert captured[0]["build"]["host"] == socket.gethostname()
     text = world.run("ls", "--captured", "--catalog", catalog_url).stdout
