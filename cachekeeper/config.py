@@ -34,7 +34,7 @@ from .spec import OFFLOADS, WARMUPS, EntrySpec, Shape, default_warmup, warmup_op
 
 CONFIG_VERSION = 1
 DTYPES = ("bfloat16", "float16", "float32")
-INPUT_BUILDERS = ("auto", "flux", "sd3", "unet")
+INPUT_BUILDERS = ("auto", "flux", "flux2", "sd3", "unet")
 LATENT_MULTIPLE = 8          # diffusers VAEs downsample by 8: other heights/widths fail or get cropped
 DEFAULT_MODES = ("full",)    # every backend supports it
 DEFAULT_DTYPES = ("float32",)

@@ -4,7 +4,10 @@ at prebuild time is the graph the server asks for (same shapes, dtypes and argum
 Shared by every backend's build subprocess (inductor, neuron, tpu). torch is imported inside functions
 only, so importing this module stays cheap.
 
-`ModelRef.inputs` picks the builder: "flux", "sd3", "unet", "auto" (by the model's class name) or
+A FALLBACK for a component shipped without its pipeline: when the model folder is a pipeline, the build
+captures the component's real arguments from one pipeline call instead (cachekeeper/pipeline_warmup.py).
+
+`ModelRef.inputs` picks the builder: "flux", "flux2", "sd3", "unet", "auto" (by the model's class name) or
 "module:function" for a custom one called as `function(model, model_ref, shape, dtype, device, options)`.
 `shape.batch` is the batch the component sees: the config already doubles it under classifier-free
 guidance. `options["text_len"]` overrides the prompt length the pipeline pads to.
@@ -22,6 +25,7 @@ from .spec import Shape
 
 VAE_SCALE_FACTOR = 8          # SD/SDXL/Flux VAEs downsample by 8
 FLUX_TEXT_LEN = 512           # FluxPipeline's default max_sequence_length (T5 prompt padded to it)
+FLUX2_TEXT_LEN = 512          # Flux2(Klein)Pipeline's default max_sequence_length (Qwen3/Mistral prompt)
 CLIP_TEXT_LEN = 77            # CLIP's fixed context length (SD UNets)
 SD3_TEXT_LEN = 77 + 256       # SD3 concatenates CLIP (77) and T5 (max_sequence_length 256) embeddings
 SEED = 0
@@ -83,6 +87,34 @@ def flux_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, devic
     return inputs
 
 
+def flux2_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device: str,
+                 options: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Flux2Transformer2DModel inputs as Flux2KleinPipeline builds them: no pooled projections, 4-axis
+    (t, h, w, l) int64 position ids per batch row, text features of 3 stacked encoder layers."""
+    import torch
+
+    dt = _torch_dtype(dtype)
+    cfg = model.config
+    text_len = int((options or {}).get("text_len", FLUX2_TEXT_LEN))
+    h, w = shape.height // (VAE_SCALE_FACTOR * 2), shape.width // (VAE_SCALE_FACTOR * 2)
+    b = shape.batch
+    zero = torch.arange(1)
+    img_ids = torch.cartesian_prod(zero, torch.arange(h), torch.arange(w), zero)
+    txt_ids = torch.cartesian_prod(zero, zero, zero, torch.arange(text_len))
+    inputs: dict[str, Any] = {
+        "hidden_states": _randn(b, h * w, cfg.in_channels, dtype=dt, device=device),
+        "encoder_hidden_states": _randn(b, text_len, cfg.joint_attention_dim, dtype=dt, device=device),
+        "timestep": torch.full((b,), 1.0, dtype=dt, device=device),
+        "img_ids": img_ids.expand(b, -1, -1).contiguous().to(device),
+        "txt_ids": txt_ids.expand(b, -1, -1).contiguous().to(device),
+        # Klein passes guidance=None; guidance-distilled FLUX.2 [dev] passes a float32 scale.
+        "guidance": torch.full((b,), 4.0, dtype=torch.float32, device=device) if cfg.guidance_embeds else None,
+        "joint_attention_kwargs": None,
+        "return_dict": False,
+    }
+    return inputs
+
+
 def unet_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device: str,
                 options: Mapping[str, str] | None = None) -> dict[str, Any]:
     """UNet2DConditionModel inputs as StableDiffusionPipeline builds them."""
@@ -121,12 +153,14 @@ def sd3_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device
     }
 
 
-BUILDERS: dict[str, Builder] = {"flux": flux_inputs, "sd3": sd3_inputs, "unet": unet_inputs}
+BUILDERS: dict[str, Builder] = {"flux": flux_inputs, "flux2": flux2_inputs, "sd3": sd3_inputs, "unet": unet_inputs}
 
 
 def pick_auto(model: Any) -> str:
     """The builder name for a model, from its class name."""
     name = type(model).__name__
+    if name.startswith("Flux2Transformer"):
+        return "flux2"
     if "Flux" in name and "Transformer" in name:
         return "flux"
     if name.startswith("SD3Transformer"):
@@ -134,7 +168,7 @@ def pick_auto(model: Any) -> str:
     if name.startswith("UNet2DCondition"):
         return "unet"
     raise BuildFailed(f"no warm-up input builder for {name}",
-                      "set the model's `inputs:` to flux, sd3, unet or module:function")
+                      "set the model's `inputs:` to flux, flux2, sd3, unet or module:function")
 
 
 def resolve_builder(kind: str, model: Any) -> Builder:
@@ -144,7 +178,7 @@ def resolve_builder(kind: str, model: Any) -> Builder:
         return BUILDERS[kind]
     module, sep, func = kind.partition(":")
     if not sep or not module or not func:
-        raise BuildFailed(f"unknown inputs builder {kind!r}", "use auto, flux, sd3, unet or module:function")
+        raise BuildFailed(f"unknown inputs builder {kind!r}", "use auto, flux, flux2, sd3, unet or module:function")
     try:
         builder: Builder = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:

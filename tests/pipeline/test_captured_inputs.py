@@ -105,3 +105,21 @@ def test_prompt_text_steps_and_seed_are_not_config_and_not_in_the_key() -> None:
             parse_config(yaml + f"    {key}: 1\n")
     (entry,) = parse_config(yaml + "    modes: [eager]\n").entries()
     assert dict(entry.spec.options) == {"warmup": "pipeline", "guidance": "off"}
+
+
+@pytest.mark.parametrize(("model", "builder"), [("tiny-flux2-klein", "flux2"), ("tiny-flux1", "flux"),
+                                                ("tiny-sd3", "sd3")])
+def test_the_fallback_builder_for_a_bare_component_matches_what_the_pipeline_passes(
+        pipelines: Path, model: str, builder: str) -> None:
+    """Without its pipeline a component gets built inputs; `auto` picks the family (FLUX.2 too), and the
+    shapes and dtypes agree with the captured call, so the graph is the same one."""
+    from cachekeeper.warmup import build_inputs, pick_auto
+
+    shape = Shape(64, 128, 1)
+    component, real = captured_component(ref(pipelines, model, max_sequence_length=16), spec(model, shape),
+                                         torch.float32)
+    assert pick_auto(component) == builder
+    built = build_inputs(component, ModelRef(model, "transformer", inputs="auto"), shape, "float32", "cpu",
+                         {"text_len": "16" if model != "tiny-sd3" else str(77 + 16)})
+    tensors = sorted(k for k, v in real.items() if isinstance(v, torch.Tensor))
+    assert signature({k: real[k] for k in tensors}) == signature({k: built.get(k) for k in tensors})
