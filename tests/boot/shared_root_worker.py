@@ -1,0 +1,55 @@
+"""One of several concurrent hydrates that share an extra root (tests/boot/test_shared_roots.py).
+
+    python -m tests.boot.shared_root_worker STORE SHARED WORKDIR INDEX ROUNDS NAME
+
+Each round it waits for `WORKDIR/go-<round>`, hydrates a fresh dest of its own plus the shared root
+through a slow store (so its temp files live while the others sweep), then writes `done-<round>-<index>`
+or `fail-<round>-<index>` holding the error (or the traceback: then the test prints it).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+from cachekeeper.hydrate import hydrate
+from cachekeeper.hydrate.resolve import Pin
+from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.reader import Body
+from tests.core.helpers import fingerprint
+
+
+class SlowStore(FileStore):
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        body = super().open_range(key, start, end, read_timeout, connect_timeout)
+        chunks = body.chunks
+
+        def slow(size: int) -> Iterator[bytes]:
+            for chunk in chunks(32 << 10):
+                time.sleep(0.005)
+                yield chunk
+        body.chunks = slow  # type: ignore[method-assign]
+        return body
+
+
+def main(store: str, shared: str, workdir: str, index: str, rounds: str, name: str) -> None:
+    work = Path(workdir)
+    for r in range(int(rounds)):
+        while not (work / f"go-{r}").exists():
+            time.sleep(0.005)
+        time.sleep(0.02 * int(index))  # staggered: some sweep while others write
+        try:
+            hydrate(open_store=lambda: SlowStore(Path(store)), fingerprint=fingerprint(),
+                    dest=work / f"dest-{r}-{index}", extra_roots={"shared": Path(shared)}, pins=[Pin(name)],
+                    threads=4)
+            (work / f"done-{r}-{index}").write_text("ok")
+        except BaseException as exc:  # reported to the test, which fails with it
+            (work / f"fail-{r}-{index}").write_text(f"{exc!r}\n{traceback.format_exc()}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
