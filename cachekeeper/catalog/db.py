@@ -7,24 +7,29 @@ Supported: `sqlite:///path` (embedded default) and `postgresql+psycopg://` (`pos
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from ..errors import CatalogError, CatalogNotMigrated, CatalogUnreachable
 from ..stores import default_home
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+# Alembic is imported only to migrate: reading a catalog (ls, stats, coverage, hydrate's lookups) checks
+# its revision against the scripts' own `revision`/`down_revision` lines, without loading Alembic.
 
 # Our own version table, so a catalog can share a database with an application that uses Alembic too.
 VERSION_TABLE = "cachekeeper_alembic_version"
@@ -138,6 +143,8 @@ def migrations_dir() -> Path:
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["connection"] = connection
@@ -146,22 +153,41 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def _script() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
+_REVISION = re.compile(r"^(down_revision|revision)\b[^=]*=\s*(.+)$", re.M)
+
+
+@functools.cache
+def revisions() -> dict[str, tuple[str, ...]]:
+    """revision -> its down revisions, read from the migration scripts' text (no Alembic import)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for path in sorted((migrations_dir() / "versions").glob("*.py")):
+        found = {k: ast.literal_eval(v.strip()) for k, v in _REVISION.findall(path.read_text())}
+        if isinstance(found.get("revision"), str):
+            down = found.get("down_revision")
+            out[found["revision"]] = tuple(down) if isinstance(down, list | tuple) else ((down,) if down else ())
+    return out
+
+
 def head() -> str:
-    rev = _script().get_current_head()
-    assert rev is not None, "migrations have no head revision"
-    return rev
+    revs = revisions()
+    heads = set(revs) - {d for downs in revs.values() for d in downs}
+    assert len(heads) == 1, f"migrations must have one head revision, not {sorted(heads)}"
+    return heads.pop()
 
 
 def known(revision: str) -> bool:
-    return revision in {s.revision for s in _script().walk_revisions()}
+    return revision in revisions()
 
 
 def current(conn: Connection) -> str | None:
-    ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-    return ctx.get_current_revision()
+    if not conn.dialect.has_table(conn, VERSION_TABLE):
+        return None
+    return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
 def migrate(engine: Engine, url: str, revision: str, *, down: bool) -> None:
@@ -177,6 +203,8 @@ def migrate(engine: Engine, url: str, revision: str, *, down: bool) -> None:
             with conn.begin():
                 if not sqlite:
                     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+                from alembic import command
+
                 cfg = alembic_config(conn)
                 if down:
                     command.downgrade(cfg, revision)
