@@ -30,7 +30,7 @@ F = FingerprintModel
 J = BuildJobModel
 STATUSES = ("built", "missing", "captured")
 # Matrix cells are manifests with a spec (entries). A captured set (runtime compiles a serving host wrote
-# back) has no spec, hence no shape: the matrix shows it as one row per toolchain (`captured_summary`).
+# back) has no spec, hence no shape: the matrix shows it as one row per toolchain (`fingerprint_detail`).
 SPECCED = M.model.is_not(None)
 
 

@@ -112,3 +112,20 @@ def test_hydrate_json_explains_each_missed_entry_without_a_database(world: World
     assert why[world.small64.key]["entry"] == world.small64.label()
     assert [n["fingerprint_id"] for n in why[world.small64.key]["nearest"]] == [OTHER.id, THIRD.id]
     assert why[world.small128.key]["nearest"][0]["differs"] == {"toolchain": {"built": "2", "host": "1"}}
+
+
+def test_diff_reads_the_build_times_a_real_prebuild_recorded(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+    from tests.inspect.helpers import write_config
+
+    config = write_config(tmp_path)
+    env = cli_env(tmp_path, FAKE_SHARED_DIR=str(tmp_path / "shared"))
+    _register()
+    built = CliRunner().invoke(cli, ["prebuild", str(config), "--model", "tiny"], env=env)
+    assert built.exit_code == 0, built.output
+    result = CliRunner().invoke(cli, ["diff", "--set", "toolchain=2", "--backend", "fake", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    cost = json.loads(result.stdout)["rebuild_for_b"]
+    assert cost["entries"] == 2 and cost["unknown"] == 0 and cost["seconds"] > 0
