@@ -80,10 +80,7 @@ def hint(name: str, built: str, host: str) -> str:
         return (f"only {side} {name!r}: a different backend option, env var or cachekeeper release "
                 "made the fingerprints; align them or prebuild on a host like this one")
     if name in THREAD_FIELDS:
-        if host.startswith("default:"):
-            return (f"OMP_NUM_THREADS is unset here (default {host.removeprefix('default:')} threads); "
-                    f"export OMP_NUM_THREADS={built.removeprefix('default:')} as the builders did")
-        return f"OMP_NUM_THREADS is {host} here and {built} on the builders; use the same value on both"
+        return _threads_hint(built, host)
     if name in ISA_FIELDS:
         return (f"different CPU instruction set ({built} built, {host} here): prebuild on this instance "
                 "type; never force ATEN_CPU_CAPABILITY to reuse it (wrong results)")
@@ -98,6 +95,18 @@ def hint(name: str, built: str, host: str) -> str:
         return (f"compiler flag/setting {name} differs; set it as the builders did ({built!r}) or prebuild "
                 "with this host's value")
     return f"{name} differs; make it match the builders ({built!r}) or prebuild for this host"
+
+
+def _threads_hint(built: str, host: str) -> str:
+    """`default:N` is how backends record an unset OMP_NUM_THREADS (N: the cores the process could use)."""
+    want = built.removeprefix("default:")
+    if built.startswith("default:") and host.startswith("default:"):
+        return (f"OMP_NUM_THREADS is unset on both sides and the core counts differ ({want} built, "
+                f"{host.removeprefix('default:')} here); set it explicitly on builders and hosts (e.g. {want})")
+    if host.startswith("default:"):
+        return (f"OMP_NUM_THREADS is unset here (default {host.removeprefix('default:')} threads); "
+                f"export OMP_NUM_THREADS={want} as the builders did")
+    return f"OMP_NUM_THREADS is {host} here and {built} on the builders; use the same value on both"
 
 
 def nearest(host: Fingerprint, built_for: Iterable[Fingerprint], limit: int = NEAREST) -> tuple[Nearest, ...]:

@@ -15,6 +15,9 @@ CPU = {"torch": "2.13.0", "cpu_isa": "avx512", "omp_threads": "8", "cxx_id": "g+
 def test_each_common_cause_gets_its_own_hint() -> None:
     assert "OMP_NUM_THREADS is unset here (default 16 threads); export OMP_NUM_THREADS=8" in hint(
         "omp_threads", "8", "default:16")
+    assert "unset on both sides and the core counts differ (8 built, 2 here)" in hint(
+        "omp_threads", "default:8", "default:2")
+    assert "OMP_NUM_THREADS is 4 here and 8 on the builders" in hint("omp_threads", "8", "4")
     assert "different CPU instruction set (avx512 built, avx2 here)" in hint("cpu_isa", "avx512", "avx2")
     assert "never force ATEN_CPU_CAPABILITY" in hint("cpu_isa", "avx512", "avx2")
     assert "package version: torch 2.13.0 built, 2.14.0 here" in hint("torch", "2.13.0", "2.14.0")
