@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -61,6 +61,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     from .errors import ToolchainMismatch
     from .hydrate import hydrate as run
     from .hydrate.resolve import Pin, read_lockfile
+    from .manifest import KIND_ENTRY
 
     pins: list[Pin] | None = None
     locked_fp = None
@@ -72,17 +73,12 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
                                 "regenerate the lockfile on a host like this one (`cachekeeper lock`)")
     if cfg is not None and pins is None:
         entries = _only_shapes(cfg.entries({name}, set(models) or None), tuple(shapes), cfg.source)
-        pins = [Pin(e.spec.key) for e in entries]
+        pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
     target = Path(dest) if dest is not None else _default_dest(name, fp)
     be.env_exports(target.absolute())  # refuses env that would make the runtime ignore the dir, before any download
-    bounded: dict[str, Any] = {}  # the boot bounds, passed only when asked for
-    if deadline is not None:
-        bounded["deadline"] = deadline
-    if best_effort:
-        bounded["best_effort"] = True
     return run(open_store=lambda: _store(store, cfg), fingerprint=fp, dest=target, extra_roots=be.extra_roots(opts),
                pins=pins, models=set(models) or None, verify=verify, require_all=require_all, threads=threads,
-               trusted=_trusted(tuple(trusted_keys)), **bounded)
+               trusted=_trusted(tuple(trusted_keys)), deadline=deadline, best_effort=best_effort)
 
 
 def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrPath | None = None,

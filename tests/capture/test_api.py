@@ -79,3 +79,14 @@ def test_the_api_is_typed() -> None:
     assert typing.get_type_hints(api.hydrate, localns=reports)["return"] is HydrateReport
     assert typing.get_type_hints(api.capture, localns=reports)["return"] is CaptureReport
     assert typing.get_type_hints(api.env, localns=reports)["return"] == dict[str, str]
+
+
+def test_a_bounded_best_effort_hydrate_boots_past_a_dead_store(host: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k",
+                        "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    dead = {"config": host.config, "store": "s3://bucket/ck", "deadline": 20.0}
+    report = cachekeeper.hydrate(dest=host.tmp / "a", best_effort=True, **dead)  # type: ignore[arg-type]
+    assert report.incomplete and report.files_fetched == 0
+    with pytest.raises(CachekeeperError):
+        cachekeeper.hydrate(dest=host.tmp / "b", **dead)  # type: ignore[arg-type]
