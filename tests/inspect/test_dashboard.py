@@ -129,3 +129,10 @@ def test_the_views_explain_and_diff_read_agree_with_the_catalog(dash: Dash) -> N
         assert views.holders(conn, "captured/" + "0" * 16) == []           # a captured set is no entry
         assert [e.key for e in views.entries_only_in(conn, HOST.id, OTHER.id)] == [tiny128.key]
         assert views.fingerprint_ids(conn, HOST.id[:3]) == [HOST.id] or HOST.id[:3] == OTHER.id[:3]
+
+
+@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
+def test_a_catalog_that_fails_under_the_page_is_a_503_line(dash: Dash) -> None:
+    dash.catalog.downgrade("base")                                       # the tables vanish under the app
+    response = dash.client.get("/")
+    assert response.status_code == 503 and response.text.startswith("503 catalog unavailable: catalog sqlite:")
