@@ -18,6 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from cachekeeper.publish import publish
+from cachekeeper.stores import open_store
+from tests.fakes import FakeBackend
+from tests.harness.seaweedfs import S3Server
+
 from .conftest import World, one_error, runtime_writes
 
 
@@ -195,3 +200,31 @@ def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(
     assert (world.tmp / "trusting" / "new" / "signed.neff").exists()
     assert not (world.tmp / "trusting" / "new" / "unsigned.neff").exists()
     assert sum(str(m).startswith("captured/") for m in report["manifests"]) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.services
+def test_an_s3_bucket_that_denies_put_object_is_named_with_the_permission(world: World, s3_server: S3Server,
+                                                                          s3_store_url: str) -> None:
+    bucket = s3_store_url.split("/")[2]
+    world.vars.update({k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                   "AWS_DEFAULT_REGION")}, CACHEKEEPER_STORE=s3_store_url)
+    store = open_store(s3_store_url)
+    built = world.tmp / "built"
+    publish(store, fingerprint=FakeBackend().fingerprint({}), spec=world.spec, roots={"cache": built},
+            include=FakeBackend().include)
+    dest = world.tmp / "s3-host"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"runtime")
+    deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Principal": "*", "Action": ["s3:PutObject"],
+                                                    "Resource": [f"arn:aws:s3:::{bucket}/*"]}]}
+    s3_server.client.put_bucket_policy(Bucket=bucket, Policy=json.dumps(deny))  # reads still work
+    try:
+        proc = world.capture(dest, "--publish", ok=False)
+    finally:
+        s3_server.client.delete_bucket_policy(Bucket=bucket)
+    line = one_error(proc)
+    assert proc.returncode == 3 and "refused a write" in line and s3_store_url in line
+    assert "s3:PutObject" in proc.stderr
+    assert not [k for k in store.list("manifests/") if "/captured/" in k], "nothing published half-way"
+    assert json.loads(world.capture(dest, "--publish", "--json").stdout)["manifest"]
+    assert [k for k in store.list("manifests/") if "/captured/" in k]
