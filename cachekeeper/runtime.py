@@ -76,7 +76,11 @@ def find_records(cache_dir: Path) -> list[Record]:
     """Every `ck-aot/<entry>/` with its parsed record; an unreadable record is kept with its problem."""
     root = cache_dir / aot.AOT_DIR
     out: list[Record] = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
+    try:
+        dirs = sorted(root.iterdir()) if root.is_dir() else []
+    except OSError as exc:
+        return [Record(root, None, f"cannot list {root}: {exc.strerror}")]
+    for d in dirs:
         try:
             out.append(Record(d, aot.AotMeta.from_json((d / aot.META_FILE).read_bytes())))
         except (OSError, ValueError) as exc:
@@ -200,9 +204,7 @@ class CompiledComponent:
         if args:
             return self._fall_back("positional arguments (precompiled functions are matched by keyword)",
                                    args, kwargs)
-        self.precompiled_for(**kwargs)
-        key = canonical.digest(aot.call_spec(kwargs))
-        fn = self._by_call[key]
+        key, fn = self._lookup(kwargs)
         if fn is None:
             return self._fall_back("", args, kwargs)
         try:
@@ -214,16 +216,35 @@ class CompiledComponent:
         if not ok:
             self._by_call[key] = None
             return self._fall_back(f"precompiled function not used: {why}", args, kwargs)
+        try:
+            out = fn(self.model, **kwargs)
+        except Exception as exc:  # inference is side-effect free: run it the other way
+            self._by_call[key] = None
+            return self._fall_back(f"precompiled function failed ({type(exc).__name__}: {exc})", args, kwargs)
         self.stats.precompiled_calls += 1
-        return fn(self.model, **kwargs)
+        return out
 
     def precompiled_for(self, **kwargs: Any) -> bool:
         """Whether a call with these arguments would run a precompiled function (checked and loaded now,
         once per signature; a warning names the reason when not). Runs nothing."""
-        key = canonical.digest(spec := aot.call_spec(kwargs))
+        return self._lookup(kwargs)[1] is not None
+
+    def _lookup(self, kwargs: Mapping[str, Any]) -> tuple[str, Callable[..., Any] | None]:
+        spec = aot.call_spec(kwargs)
+        try:
+            key = canonical.digest(spec)
+        except (TypeError, ValueError):  # e.g. a NaN constant: no record can name it
+            key = repr(sorted(kwargs))
+            if key not in self._by_call:
+                self._warn(f"arguments without a canonical form ({describe(spec)})")
+                self._by_call[key] = None
         if key not in self._by_call:
-            self._by_call[key] = self._prepare(spec)
-        return self._by_call[key] is not None
+            try:
+                self._by_call[key] = self._prepare(spec)
+            except Exception as exc:  # the cache must never take the server down
+                self._warn(f"cannot check the precompiled functions ({type(exc).__name__}: {exc})")
+                self._by_call[key] = None
+        return key, self._by_call[key]
 
     def _prepare(self, spec: Mapping[str, Any]) -> Callable[..., Any] | None:
         """Choose, check and load the function for one call signature; None (after one warning) if not."""
