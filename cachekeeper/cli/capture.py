@@ -95,7 +95,7 @@ def _show(report: CaptureReport, published: bool, as_json: bool) -> None:
 def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> None:
     """Publish every `every` seconds; a failed round (store down, files in flight) keeps its list for the
     next one. SIGTERM (pod or unit stopping) ends the wait early and runs one last round."""
-    from ..errors import CaptureError, StoreError
+    from ..errors import CaptureError, LockBusy, StoreError
 
     stopping = False
 
@@ -111,7 +111,7 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
             time.sleep(min(0.2, every))
         try:
             _show(once(), True, as_json)
-        except (StoreError, CaptureError) as exc:  # store down, files in flight: the next round retries
+        except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
             _say(f"warning: {exc.message}; kept for the next round")
         if stopping:
             return

@@ -228,3 +228,15 @@ def test_an_s3_bucket_that_denies_put_object_is_named_with_the_permission(world:
     assert not [k for k in store.list("manifests/") if "/captured/" in k], "nothing published half-way"
     assert json.loads(world.capture(dest, "--publish", "--json").stdout)["manifest"]
     assert [k for k in store.list("manifests/") if "/captured/" in k]
+
+
+def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishing(world: World) -> None:
+    from cachekeeper.fsutil import FileLock
+
+    dest = world.tmp / "d1"
+    world.hydrate(dest)
+    runtime_writes(dest, "new/a.neff", b"x")
+    with FileLock(dest / ".cachekeeper" / "lock"):  # what a running hydrate holds while it places files
+        proc = world.capture(dest, "--publish", "--lock-timeout", "0.3", ok=False)
+    assert proc.returncode == 10 and "locked" in one_error(proc)
+    assert world.captured_keys() == []
