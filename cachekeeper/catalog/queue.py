@@ -21,6 +21,7 @@ from .rows import Claim, JobRow
 
 J = BuildJobModel
 ERROR_TAIL = 8000   # characters of a failure's log kept in last_error
+CHUNK = 500         # keys per IN (...): far below SQLite's and Postgres' parameter limits
 
 
 def now() -> datetime:
@@ -48,11 +49,18 @@ def enqueue(conn: Connection, jobs: Iterable[tuple[str, str, str]]) -> int:
 def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
     """Back to pending: finished or failed jobs whose artifacts are not in the store (a new prebuild run
     retries failures; a GC'd entry is rebuilt). Running jobs belong to their holder and stay."""
+    by_fp: dict[str, set[str]] = {}
+    for fp, key in keys:
+        by_fp.setdefault(fp, set()).add(key)
     n = 0
-    for fp, key in set(keys):
-        res = conn.execute(update(J).where(_pk(fp, key), J.status.in_(("done", "failed")))
-                           .values(status="pending", lease_expires_at=None, updated_at=now()))
-        n += res.rowcount
+    at = now()
+    for fp, wanted in sorted(by_fp.items()):
+        ordered = sorted(wanted)
+        for i in range(0, len(ordered), CHUNK):   # one statement per chunk, not one per job
+            res = conn.execute(update(J).where(J.fingerprint_id == fp, J.entry_key.in_(ordered[i:i + CHUNK]),
+                                               J.status.in_(("done", "failed")))
+                               .values(status="pending", lease_expires_at=None, updated_at=at))
+            n += res.rowcount
     return n
 
 
