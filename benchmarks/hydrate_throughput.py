@@ -1,0 +1,195 @@
+"""Hydrate throughput against a local SeaweedFS, side by side with the tools a team would otherwise use.
+
+    python benchmarks/hydrate_throughput.py [--repeats 3] [--scale 1.0] [--only small|large]
+
+Starts SeaweedFS on loopback (the test harness's launcher), publishes two caches, and times, interleaved
+(one of each per repeat, in rotating order), with each one's peak RSS (wait4):
+
+    hydrate           `cachekeeper hydrate` (the fake backend's toolchain), fsyncs included
+    aws s3 sync       the AWS CLI, same objects as plain files
+    boto3 x16         a 16-thread get_object loop writing files
+    boto3 seq         a sequential get_object loop writing files
+    cp -r             a local copy of the same tree (the disk's own ceiling)
+
+Data: (a) 2,000 files of 64–512 KiB in the TorchNeuron layout (<k0k1>/<k2k3>/<32 hex>.neff, ~562 MiB);
+(b) 4 x 256 MiB. Prints medians of the repeats (wall, MiB/s, CPU seconds, peak RSS) and the ratios the
+issue sets targets on:
+(a) hydrate >= 0.95x cp -r; (b) hydrate >= 1.0x boto3 seq and >= 1.5x aws s3 sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+MiB = 1 << 20
+
+BOTO_LOOP = """
+import os, sys, boto3
+from concurrent.futures import ThreadPoolExecutor
+from botocore.config import Config
+bucket, prefix, dest, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+s3 = boto3.client("s3", config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
+keys = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for o in p.get("Contents", ())]
+def get(key):
+    path = os.path.join(dest, key[len(prefix):])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    with open(path, "wb") as f:
+        for chunk in body.iter_chunks(1 << 20):
+            f.write(chunk)
+if threads == 1:
+    for k in keys: get(k)
+else:
+    with ThreadPoolExecutor(threads) as pool: list(pool.map(get, keys))
+"""
+
+
+def neuron_tree(root: Path, n: int, rng: random.Random) -> int:
+    total = 0
+    for _ in range(n):
+        key = f"{rng.getrandbits(128):032x}"
+        size = rng.randrange(64 << 10, 512 << 10)
+        p = root / key[:2] / key[2:4] / f"{key}.neff"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(size))
+        total += size
+    return total
+
+
+def large_tree(root: Path, n: int, size: int) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(16 * MiB)
+    for i in range(n):
+        with open(root / f"big{i}.bin", "wb") as f:
+            for _ in range(size // len(block)):
+                f.write(os.urandom(16) + block[16:])   # distinct blocks, cheap to make
+    return n * size
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds user+sys) of one command. Started through GNU time when
+    there is one: a child forked straight from this (large) process would report our RSS, which Linux
+    carries across exec."""
+    timer = shutil.which("time") or ("/usr/bin/time" if Path("/usr/bin/time").exists() else None)
+    report = cwd / "rss.txt"
+    full = [timer, "-f", "%M %U %S", "-o", str(report), *argv] if timer else argv
+    t0 = time.perf_counter()
+    proc = subprocess.run(full, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:4]} failed: {proc.stderr.decode()[-2000:]}")
+    if not timer:
+        return wall, float("nan"), float("nan")
+    rss, user, system = map(float, report.read_text().split()[-3:])
+    return wall, rss / 1024, user + system
+
+
+def upload_raw(client: object, bucket: str, prefix: str, root: Path) -> None:
+    files = [p for p in root.rglob("*") if p.is_file()]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda p: client.upload_file(str(p), bucket, prefix + p.relative_to(root).as_posix()),  # type: ignore[attr-defined]
+                      files))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=1.0, help="shrink both data sets (e.g. 0.25 on a busy host)")
+    ap.add_argument("--only", choices=["small", "large"])
+    args = ap.parse_args()
+
+    from cachekeeper import snapshot  # noqa: F401  (imported for its constants)
+    from cachekeeper.publish import publish
+    from cachekeeper.stores import open_store
+    from tests.core.helpers import fingerprint, spec
+    from tests.harness.process import stop
+    from tests.harness.seaweedfs import start_seaweedfs
+
+    aws = shutil.which("aws")
+    with tempfile.TemporaryDirectory(prefix="ck-tput-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "weed").mkdir()
+        server, proc = start_seaweedfs(tmp / "weed")
+        try:
+            env = {**os.environ, "AWS_ENDPOINT_URL": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
+                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
+                   "PYTHONPATH": str(REPO), "CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend",
+                   "FAKE_SHARED_DIR": str(tmp / "shared"), "CACHEKEEPER_HOME": str(tmp / "home")}
+            os.environ.update({k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                     "AWS_DEFAULT_REGION")})
+            datasets: list[tuple[str, int, Callable[[Path], int]]] = []
+            rng = random.Random(8)
+            n = max(10, int(2000 * args.scale))
+            size = max(16 * MiB, int(256 * MiB * args.scale) // (16 * MiB) * 16 * MiB)
+            if args.only in (None, "small"):
+                datasets.append(("small", n, functools.partial(neuron_tree, n=n, rng=rng)))
+            if args.only in (None, "large"):
+                datasets.append(("large", 4, functools.partial(large_tree, n=4, size=size)))
+            for label, count, make in datasets:
+                bench(label, count, make, tmp, env, server, args.repeats, aws, publish, open_store, fingerprint, spec)
+        finally:
+            stop(proc, 15)
+
+
+def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: dict[str, str], server: object,
+          repeats: int, aws: str | None, publish: Callable[..., object], open_store: Callable[..., object],
+          fingerprint: Callable[[], object], spec: Callable[[str], object]) -> None:
+    src = tmp / f"src-{label}"
+    total = make(src)
+    bucket = f"bench-{label}"
+    client = server.client  # type: ignore[attr-defined]
+    client.create_bucket(Bucket=bucket)
+    url = f"s3://{bucket}/ck"
+    publish(open_store(url), fingerprint=fingerprint(), spec=spec(label), roots={"cache": src},
+            include=lambda r, rel, p: True)
+    upload_raw(client, bucket, "raw/", src)
+    print(f"\n== ({'a' if label == 'small' else 'b'}) {count} files, {total / MiB:.0f} MiB ==", flush=True)
+
+    py = sys.executable
+    methods: dict[str, Callable[[Path], list[str]]] = {
+        "hydrate": lambda d: [py, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", url,
+                              "--dest", str(d)],
+        "boto3 x16": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "16"],
+        "boto3 seq": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1"],
+        "cp -r": lambda d: ["cp", "-r", str(src), str(d)],
+    }
+    if aws:
+        methods["aws s3 sync"] = lambda d: [aws, "s3", "sync", "--only-show-errors", "--endpoint-url",
+                                            server.endpoint_url, f"s3://{bucket}/raw/", str(d)]  # type: ignore[attr-defined]
+    results: dict[str, list[tuple[float, float, float]]] = {m: [] for m in methods}
+    names = list(methods)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the order every repeat
+            dest = tmp / "dest"
+            shutil.rmtree(dest, ignore_errors=True)
+            results[name].append(run(methods[name](dest), env, tmp))
+            shutil.rmtree(dest, ignore_errors=True)
+    rate = {m: total / MiB / statistics.median(w for w, _, _ in rs) for m, rs in results.items()}
+    for m, rs in results.items():
+        walls = [w for w, _, _ in rs]
+        cpu = statistics.median(c for _, _, c in rs)
+        print(f"{m:12} median {statistics.median(walls):6.2f}s  {rate[m]:7.0f} MiB/s  "
+              f"peak RSS {max(r for _, r, _ in rs):5.0f} MiB  CPU {cpu:5.2f}s ({cpu / (total / (1 << 30)):.2f}s/GiB)"
+              f"   (runs: {', '.join(f'{w:.2f}' for w in walls)})")
+    for other in (m for m in methods if m != "hydrate"):
+        print(f"hydrate / {other:12} {rate['hydrate'] / rate[other]:.2f}x")
+    shutil.rmtree(src, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
