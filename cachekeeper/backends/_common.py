@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 # --- light: versions and pins ------------------------------------------------------------------------
 
-# Options that are not toolchain knobs: where/what, not how it compiles.
-LOCATION_OPTIONS = frozenset({"device", "import_from"})
+# Options that are not toolchain knobs: where/what, not how it compiles. `cores` / `chips`: how many
+# devices build.workers may split on this host (a host property, never part of the fingerprint).
+LOCATION_OPTIONS = frozenset({"device", "import_from", "cores", "chips"})
 PIN_SUFFIX = "_version"
 
 

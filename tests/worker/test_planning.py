@@ -142,3 +142,13 @@ def test_only_the_workdirs_of_dead_workers_are_swept(tmp_path: Path) -> None:
         assert sweep_stale(tmp_path) == [dead]
         assert live.is_dir() and not dead.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_device_count_options_do_not_change_the_toolchain_fingerprint(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    from tests.simulated.harness import clear_device_env, install
+
+    clear_device_env(monkeypatch)
+    install(monkeypatch, tmp_path / "site")    # simulated torch-neuronx / torch_tpu metadata
+    for backend, option in ((NeuronBackend(), "cores"), (TPUBackend(), "chips")):
+        assert backend.fingerprint({option: "8"}).id == backend.fingerprint({}).id, backend.name
