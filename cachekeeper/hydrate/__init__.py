@@ -261,7 +261,8 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
         others = other_toolchains(store, fingerprint.backend, fingerprint)
         detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
         raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
-    return with_shared(store, fingerprint, entries, trusted)
+    # A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones.
+    return with_shared(store, fingerprint, entries, trusted, captured=not any(p.digest for p in pins or ()))
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],

@@ -112,14 +112,15 @@ def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None
 
 
 def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest],
-                trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
+                trusted: tuple[PublicKey, ...] = (), *, captured: bool = True) -> list[Manifest]:
     """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error),
-    then the captured sets that extended any of them (runtime compiles serving hosts wrote back)."""
+    then (with `captured`) the captured sets that extended any of them (runtime compiles written back)."""
     have = {m.name for m in manifests}
     needed = sorted({r for m in manifests for r in m.requires} - have)
     shared, _ = fetch_manifests(store, fingerprint, [Pin(n, kind=KIND_SHARED) for n in needed], trusted)
-    captured = [m for m in list_captured(store, fingerprint, have, trusted) if m.name not in have]
-    return manifests + shared + captured
+    if not captured:
+        return manifests + shared
+    return manifests + shared + [m for m in list_captured(store, fingerprint, have, trusted) if m.name not in have]
 
 
 def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],

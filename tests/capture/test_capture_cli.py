@@ -240,3 +240,22 @@ def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishin
         proc = world.capture(dest, "--publish", "--lock-timeout", "0.3", ok=False)
     assert proc.returncode == 10 and "locked" in one_error(proc)
     assert world.captured_keys() == []
+
+
+def test_a_lockfile_pins_the_captured_sets_of_its_time_and_no_newer_ones(world: World) -> None:
+    d1 = world.tmp / "d1"
+    world.hydrate(d1)
+    runtime_writes(d1, "new/x.neff", b"before the lock")
+    first = json.loads(world.capture(d1, "--publish", "--json").stdout)["manifest"]
+    lockfile = world.tmp / "ck.lock"
+    world.run("lock", "--config", str(world.config), "-o", str(lockfile))
+    assert first in [m["name"] for m in json.loads(lockfile.read_text())["manifests"]]
+    runtime_writes(d1, "new/y.neff", b"after the lock")
+    world.capture(d1, "--publish")
+    assert len(world.captured_keys()) == 2
+
+    locked = world.tmp / "locked"
+    world.run("hydrate", "--lockfile", str(lockfile), "--dest", str(locked))
+    assert (locked / "new" / "x.neff").exists() and not (locked / "new" / "y.neff").exists()
+    world.hydrate(world.tmp / "latest")  # a config hydrate takes every captured set
+    assert (world.tmp / "latest" / "new" / "y.neff").exists()
