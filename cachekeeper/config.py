@@ -39,8 +39,9 @@ LATENT_MULTIPLE = 8          # diffusers VAEs downsample by 8: other heights/wid
 DEFAULT_MODES = ("full",)    # every backend supports it
 DEFAULT_DTYPES = ("float32",)
 
-_TOP_KEYS = ("version", "store", "catalog", "build", "defaults", "backend_options", "models")
+_TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "defaults", "backend_options", "models")
 _BUILD_KEYS = ("timeout", "workers")
+_HYDRATE_KEYS = ("deadline", "best_effort")
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "pipeline", "tensor_parallel",
                "guidance", "warmup", "max_sequence_length", "offload", *_MATRIX_KEYS)
@@ -133,6 +134,8 @@ class Config:
     catalog: str | None = None                    # SQLAlchemy URL; sqlite paths made absolute
     build_timeout: float = 1800.0
     build_workers: int = 1
+    hydrate_deadline: float | None = None         # seconds for a whole hydrate (--deadline wins)
+    hydrate_best_effort: bool = False
 
     def entries(self, backends: Collection[str] | None = None,
                 models: Collection[str] | None = None) -> list[PlannedEntry]:
@@ -294,6 +297,7 @@ class _Parser:
         self.version(top, root)
         self.known_keys(top, _TOP_KEYS, "the top level")
         build = self.section(top, "build", _BUILD_KEYS)
+        hydrate = self.section(top, "hydrate", _HYDRATE_KEYS)
         settings = Config(
             source=self.source,
             models=(),
@@ -302,6 +306,10 @@ class _Parser:
             catalog=self.catalog(top["catalog"][1]) if "catalog" in top else None,
             build_timeout=self.timeout(build["timeout"][1]) if "timeout" in build else 1800.0,
             build_workers=self.integer(build["workers"][1], "build.workers") if "workers" in build else 1,
+            hydrate_deadline=(self.timeout(hydrate["deadline"][1], "hydrate.deadline")
+                              if "deadline" in hydrate else None),
+            hydrate_best_effort=(self.boolean(hydrate["best_effort"][1], "hydrate.best_effort")
+                                 if "best_effort" in hydrate else False),
         )
         defaults = self.matrix(self.section(top, "defaults", _MATRIX_KEYS), "defaults.")
         if "models" not in top:
@@ -444,12 +452,12 @@ class _Parser:
         # sqlite:///rel is relative to the cwd in SQLAlchemy; pin it to the config's directory
         return url[: len(url) - len(rest)] + "/" + _local_path(path, self.base) + query_sep + query
 
-    def timeout(self, node: Node) -> float:
+    def timeout(self, node: Node, what: str = "build.timeout") -> float:
         value = self.scalar(node)
         if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            raise self.error(node, f"build.timeout must be a number of seconds, got {_describe(node)}")
+            raise self.error(node, f"{what} must be a number of seconds, got {_describe(node)}")
         if value <= 0:
-            raise self.error(node, f"build.timeout must be positive, got {value}")
+            raise self.error(node, f"{what} must be positive, got {value}")
         return float(value)
 
     def backend_options(self, top: _Fields) -> dict[str, dict[str, str]]:

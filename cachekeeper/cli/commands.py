@@ -139,7 +139,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     report = run(open_store=lambda: _store(store_url, config), fingerprint=fp, dest=target,
                  extra_roots=be.extra_roots(options), pins=pins, models=set(models) or None, verify=verify,
                  require_all=require_all, threads=threads, trusted=_trusted(trusted_keys),
-                 deadline=deadline, best_effort=best_effort, progress=progress_line())
+                 deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
+                 best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress_line())
     if as_json:
         doc = report.to_dict()
         from ..fleet import hydrate_counts
