@@ -96,7 +96,8 @@ def planning_seconds(tmp: Path, catalog_url: str) -> tuple[int, float, dict[str,
         entries = cfg.entries()
         tcs = toolchains(cfg, entries)
         store = open_store(f"file://{tmp / 'plan-store'}", create=True)
-        todo, _ = step("catalog lookup", lambda: split_built(entries, tcs, store, catalog))  # type: ignore[misc]
+        split = step("catalog lookup", lambda: split_built(entries, tcs, store, catalog))
+        todo = split[0]  # type: ignore[index]
         jobs = [(tcs[e.spec.backend].fingerprint.id, e.spec.key, payload.encode(e)) for e in todo]
         step("enqueue", lambda: catalog.enqueue(jobs))
         step("requeue", lambda: catalog.requeue((fp, key) for fp, key, _ in jobs))
