@@ -220,3 +220,11 @@ def test_gc_plans_then_removes_the_temp_file_of_a_publisher_killed_mid_write(fle
     fleet.run("gc", "--min-age", "0", "--run")
     assert not tmp.exists()
     fleet.run("verify", "--deep")
+
+
+@pytest.mark.services
+def test_a_shared_catalog_on_an_older_schema_is_one_line_naming_it(fleet: Fleet, postgres_schema_url: str) -> None:
+    fleet.run("db", "upgrade", "0002", "--catalog", postgres_schema_url)   # as an older release left it
+    proc = fleet.run("prebuild", str(fleet.config), "--catalog", postgres_schema_url, ok=False)
+    assert proc.returncode == 5
+    assert "is at revision 0002, expected" in one_error_line(proc) and "db upgrade" in proc.stderr
