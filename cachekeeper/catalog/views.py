@@ -99,7 +99,7 @@ class MatrixFilter:
     dtype: str | None = None
     status: str | None = None        # built | missing | captured
     page: int = 1
-    per_page: int = 10               # models per page: each brings all its (component, mode, dtype) rows
+    per_page: int = 5                # models per page: each brings all its (component, mode, dtype) rows
 
 
 @dataclass(frozen=True)
@@ -208,27 +208,35 @@ class FingerprintDetail:
     size: int
     captured_size: int
     captured_latest: datetime | None
+    modes: tuple[str, ...]     # of its entries: what the mode and dtype filters offer
+    dtypes: tuple[str, ...]
 
 
 def fingerprint_detail(conn: Connection, fp_id: str) -> FingerprintDetail:
-    """One toolchain's manifests by kind: a range of the (fingerprint_id, name) index."""
-    got = {r.kind: r for r in conn.execute(
-        select(M.kind, func.count().label("n"), func.coalesce(func.sum(M.total_size), 0).label("size"),
-               func.max(M.created_at).label("latest")).where(M.fingerprint_id == fp_id).group_by(M.kind))}
-    cap = got.get(KIND_CAPTURED)
+    """One toolchain's manifests by kind, and its entries' modes and dtypes: one range of the
+    (fingerprint_id, name) index, grouped (no scan of other toolchains' rows)."""
+    rows = conn.execute(
+        select(M.kind, M.mode, M.dtype, func.count().label("n"), func.coalesce(func.sum(M.total_size), 0).label("size"),
+               func.max(M.created_at).label("latest"))
+        .where(M.fingerprint_id == fp_id).group_by(M.kind, M.mode, M.dtype)).all()
+
+    def total(kind: str, column: str = "n") -> int:
+        return sum(int(getattr(r, column)) for r in rows if r.kind == kind)
+
+    latest = [r.latest for r in rows if r.kind == KIND_CAPTURED and r.latest is not None]
     return FingerprintDetail(
-        entries=got[KIND_ENTRY].n if KIND_ENTRY in got else 0, captured=cap.n if cap else 0,
-        shared=got[KIND_SHARED].n if KIND_SHARED in got else 0, size=sum(int(r.size) for r in got.values()),
-        captured_size=int(cap.size) if cap else 0, captured_latest=aware(cap.latest) if cap else None)
+        entries=total(KIND_ENTRY), captured=total(KIND_CAPTURED), shared=total(KIND_SHARED),
+        size=sum(int(r.size) for r in rows), captured_size=total(KIND_CAPTURED, "size"),
+        captured_latest=aware(max(latest)) if latest else None,
+        modes=tuple(sorted({str(r.mode) for r in rows if r.mode is not None})),
+        dtypes=tuple(sorted({str(r.dtype) for r in rows if r.dtype is not None})))
 
 
-def filter_choices(conn: Connection, backend: str, fp_id: str) -> dict[str, list[str]]:
-    """What the filter drop-downs offer: the backend's models (index-only), the chosen toolchain's modes
-    and dtypes (a range of its index): no full scan on the first view."""
+def filter_choices(conn: Connection, backend: str, detail: FingerprintDetail) -> dict[str, list[str]]:
+    """What the filter drop-downs offer: the backend's models (an index-only scan), the chosen
+    toolchain's modes and dtypes (from its detail): no full scan on the first view."""
     models = conn.scalars(select(M.model).where(M.backend == backend, SPECCED).distinct().order_by(M.model))
-    pairs = conn.execute(select(M.mode, M.dtype).where(M.fingerprint_id == fp_id, SPECCED).distinct()).all()
-    return {"model": [str(m) for m in models], "mode": sorted({str(p.mode) for p in pairs}),
-            "dtype": sorted({str(p.dtype) for p in pairs})}
+    return {"model": [str(m) for m in models], "mode": list(detail.modes), "dtype": list(detail.dtypes)}
 
 
 # --- queue and publishes -----------------------------------------------------------------------------

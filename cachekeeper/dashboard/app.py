@@ -56,8 +56,8 @@ def create_app(catalog: Catalog) -> Starlette:
                                        q.page, q.per)
                 # Captured sets have no shape: they are the matrix's last row, not cells.
                 matrix = views.Matrix((), (), False) if q.status == "captured" else views.matrix(conn, f)
-                choices = views.filter_choices(conn, chosen["backend"], chosen["id"])
                 detail = views.fingerprint_detail(conn, chosen["id"])
+                choices = views.filter_choices(conn, chosen["backend"], detail)
             queue = views.queue_view(conn)
             publishes = views.recent_publishes(conn)
         return page(request, "index.html", {

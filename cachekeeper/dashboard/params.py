@@ -28,7 +28,7 @@ class MatrixParams:
     dtype: str | None = None
     status: str | None = None
     page: int = 1
-    per: int = 10          # models per page
+    per: int = 5           # models per page
 
 
 @dataclass(frozen=True)
