@@ -6,12 +6,17 @@
   mega      PyTorch Mega-Cache: torch.compiler.load_cache_artifacts(blob) into an empty dir, then compile
   warm      the cache dir a cold run filled, in place (the best a long-lived host gets)
 
+With --pipeline MODEL it measures what a pipeline server sees instead (examples/serve_pipeline.py: load the
+pipeline, `pipe.transformer.compile(fullgraph=True, dynamic=False)`, first `pipe(...)` call, with a prompt,
+step count and seed other than the prebuild's): `cold` against `hydrate` of a `warmup: pipeline` entry.
+
 Each run is a new process (examples/serve.py); rounds interleave the scenarios so background load hits
 all of them alike. Prints medians, ratios to cold and a breakdown (hydrate wall time, Dynamo tracing,
 backend time = cache load on a hit). Not a test: it takes minutes on a CPU.
 
     python benchmarks/cold_start.py                       # tiny Flux transformer, CPU, 3 repeats
     python benchmarks/cold_start.py --device cuda --repeats 5 --json results.json
+    python benchmarks/cold_start.py --pipeline tiny-flux2-klein      # or tiny-flux1: whole-pipeline first call
     python examples/make_tiny_model.py --out /tmp/m --only tiny-unet &&
       python benchmarks/cold_start.py --model /tmp/m/tiny-unet --component unet --inputs unet
 """
@@ -50,6 +55,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--work", type=Path, help="work dir, kept (default: a temp dir, removed at the end)")
     ap.add_argument("--json", type=Path, help="also write every run and the summary here")
+    ap.add_argument("--pipeline", metavar="MODEL", help="the pipeline scenario for a tiny pipeline "
+                    "(tiny-flux2-klein, tiny-flux1): first pipe(...) call, cold vs hydrated")
     return ap.parse_args(argv)
 
 
@@ -188,11 +195,91 @@ def report(summary: Mapping[str, Mapping[str, float]], repeats: int, device: str
     return "\n".join(lines)
 
 
+# --- the pipeline scenario ---------------------------------------------------------------------------
+
+SERVE_PIPELINE = REPO / "examples" / "serve_pipeline.py"
+PIPELINE_SCENARIOS = ("cold", "hydrate")
+PIPELINE_TEXT_LEN = 16   # the tiny pipelines' prompt padding, at prebuild and in the server alike
+
+
+class PipelineBench(Bench):
+    """A whole-pipeline server: the prebuild warms the pipeline (`warmup: pipeline`), the server calls it with
+    another prompt, step count and seed."""
+
+    def setup(self) -> None:
+        a = self.args
+        self.model = self.work / "models" / a.pipeline
+        run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(self.work / "models"),
+             "--only", a.pipeline], os.environ, self.work)
+        self.config.write_text(json.dumps({
+            "version": 1,
+            "defaults": {"backends": ["inductor"], "modes": ["full"], "dtypes": [a.dtype],
+                         "shapes": {"height": [a.height], "width": [a.width], "batch": [a.batch]}},
+            "backend_options": {"inductor": {"device": a.device}},
+            "models": [{"name": "bench", "path": str(self.model), "warmup": "pipeline",
+                        "max_sequence_length": PIPELINE_TEXT_LEN}],
+        }, indent=1))
+        _, secs = run(["cachekeeper", "prebuild", str(self.config), "--store", self.store, "--no-catalog"],
+                      os.environ, self.work)
+        print(f"prebuild (pipeline): {secs:.1f} s", flush=True)
+
+    def serve(self, cache: Path, tmp: Path, *extra: str) -> dict[str, Any]:
+        a = self.args
+        argv = [sys.executable, str(SERVE_PIPELINE), str(self.model), "--height", str(a.height), "--width",
+                str(a.width), "--images", str(a.batch), "--dtype", a.dtype, "--device", a.device,
+                "--max-sequence-length", str(PIPELINE_TEXT_LEN), "--guidance-scale", "1.0",
+                "--prompt", f"benchmark prompt {self.n}", "--steps", "3", "--seed", str(self.n), *extra]
+        out, _ = run(argv, self.env(cache, tmp), self.work)
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    def cold(self) -> dict[str, Any]:
+        return self.serve(*self.fresh("cold"))
+
+
+def measure_pipeline(bench: PipelineBench, repeats: int) -> dict[str, list[dict[str, Any]]]:
+    bench.setup()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PIPELINE_SCENARIOS}
+    for i in range(repeats):
+        for name in PIPELINE_SCENARIOS:
+            result = getattr(bench, name)()
+            runs[name].append(result)
+            print(f"round {i + 1} {name:<8} first pipe() {result['first_call_s']:7.2f}s "
+                  f"(fx hit {result['fxgraph_cache_hit']}, miss {result['fxgraph_cache_miss']})", flush=True)
+    return runs
+
+
+def report_pipeline(runs: Mapping[str, list[dict[str, Any]]], model: str, device: str) -> str:
+    med = {name: {c: statistics.median(r.get(c, 0.0) for r in rs) for c in ("first_call_s", "process_s",
+                                                                             "hydrate_s")}
+           for name, rs in runs.items()}
+    cold, hyd = med["cold"], med["hydrate"]
+    misses = max(r["fxgraph_cache_miss"] for r in runs["hydrate"])
+    return "\n".join([
+        f"{model} first pipe(...) call, medians of {len(runs['cold'])} new processes ({device}):",
+        f"cold     {cold['first_call_s']:7.2f}s (process {cold['process_s']:.1f}s)",
+        f"hydrate  {hyd['first_call_s']:7.2f}s (process {hyd['process_s']:.1f}s, hydrate {hyd['hydrate_s']:.2f}s, "
+        f"fx misses {misses})",
+        f"hydrated first call {cold['first_call_s'] / hyd['first_call_s']:.1f}x faster than cold; "
+        f"hydrate + first call {hyd['hydrate_s'] + hyd['first_call_s']:.1f}s vs cold {cold['first_call_s']:.1f}s",
+    ])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     work = (args.work or Path(tempfile.mkdtemp(prefix="ck-bench-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir: {work}", flush=True)
+    if args.pipeline:
+        try:
+            pipeline_runs = measure_pipeline(PipelineBench(args, work), args.repeats)
+        finally:
+            if args.work is None:
+                shutil.rmtree(work, ignore_errors=True)
+        print(report_pipeline(pipeline_runs, args.pipeline, args.device))
+        if args.json:
+            args.json.write_text(json.dumps({"runs": pipeline_runs, "args": vars(args)}, default=str, indent=1))
+        return
     try:
         runs = measure(Bench(args, work), args.repeats)
     finally:
