@@ -4,7 +4,8 @@ A claim leases one job: on Postgres `SELECT … FOR UPDATE SKIP LOCKED` lets con
 over each other's rows; on SQLite the caller's transaction is BEGIN IMMEDIATE, which serializes them.
 A worker that dies stops renewing; once its lease expires the job is claimable again. `attempts`
 grows with every claim and fences the old holder out (its renew/fail no longer match the row).
-Times are the workers' UTC clocks: keep leases long against clock skew (minutes, renewed).
+Lease times come from one clock: the database server's on Postgres (workers' own clocks may drift), this
+host's on SQLite. Leases are short (30 s by default) and a heartbeat renews them while a build runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ CHUNK = 500         # keys per IN (...): far below SQLite's and Postgres' parame
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def clock(conn: Connection) -> datetime:
+    """The time leases are set and compared by: the database server's on Postgres, so workers on many
+    machines agree however their own clocks drift; this host's on SQLite (one host's file)."""
+    if conn.dialect.name == "postgresql":
+        return aware(conn.execute(select(func.now())).scalar_one())
+    return now()
 
 
 def aware(value: datetime) -> datetime:
@@ -66,7 +75,7 @@ def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
 
 def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None,
           exclude: Collection[str] = ()) -> Claim | None:
-    at = now()
+    at = clock(conn)
     claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
     query = select(J.fingerprint_id, J.entry_key, J.attempts, J.spec).where(claimable)
     if fingerprint_id is not None:
@@ -87,7 +96,7 @@ def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | N
 
 
 def renew(conn: Connection, c: Claim, lease_s: float) -> bool:
-    at = now()
+    at = clock(conn)
     res = conn.execute(update(J).where(_held(c)).values(lease_expires_at=at + timedelta(seconds=lease_s),
                                                          updated_at=at))
     return res.rowcount == 1

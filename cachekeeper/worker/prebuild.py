@@ -404,9 +404,12 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
     catalog.requeue(run.plan)
     while True:
+        before = len(report.outcomes)
         run.drain(envs, workers)
         settled, claimable = run.settle(todo)
         if claimable:
+            if len(report.outcomes) == before:   # clocks disagree on an expiry by a moment: do not spin
+                time.sleep(min(settings.wait_poll_s, 0.5))
             continue
         if any(o.status == "held" for o in settled) and settings.wait:
             time.sleep(settings.wait_poll_s)
