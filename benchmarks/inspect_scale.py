@@ -171,6 +171,7 @@ def main() -> None:
         if len(names) == 2:
             line += f"   {results['postgres'][what][1] / results['sqlite'][what][1]:>10.2f}x"
         print(line)
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (figures scale with it)")
     for n in names:
         cold, warm = results[n]["first view (GET /)"]
         print(f"{n}: first view {cold:.3f}s cold, {warm:.3f}s warm = {warm / 1.0:.2f}x the 1 s target")
