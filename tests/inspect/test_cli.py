@@ -65,6 +65,8 @@ def test_an_unreachable_or_older_catalog_is_one_line(world: World) -> None:
         catalog.downgrade("0001")
     old = world.run("diff", HOST.id, OTHER.id, code=5)
     assert "is at revision 0001" in one_error(old) and "cachekeeper db upgrade" in old.stderr
+    for command in (["explain", world.tiny64.key, "--config", str(world.config)], ["dashboard", "--port", "1"]):
+        assert "is at revision 0001" in one_error(world.run(*command, code=5))     # before any server starts
 
 
 def test_explain_says_hit_or_names_the_nearest_toolchains_and_why(world: World) -> None:
