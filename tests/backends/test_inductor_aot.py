@@ -265,3 +265,19 @@ def test_an_aot_entry_key_names_the_installed_diffusers_build(tmp_path: Path) ->
     assert options[aot.KEY_DIFFUSERS] == aot.key_options()[0][1]
     assert len(options[aot.KEY_SOURCE]) == 16 or options[aot.KEY_SOURCE] == "none"
     assert not any(k.startswith("aot_") for k, _ in entries["full"].options), "other modes keep their keys"
+
+
+def test_a_missing_or_truncated_kernel_and_an_unreadable_record_are_named(tmp_path: Path) -> None:
+    from cachekeeper.runtime import find_records
+
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "k.so").write_bytes(b"x" * 10)
+    assert files_problem(tmp_path, {"ab/k.so": 10}) == ""
+    assert "has 10 bytes, the prebuild wrote 12" in files_problem(tmp_path, {"ab/k.so": 12})
+    assert "ab/gone.so is missing" in files_problem(tmp_path, {"ab/gone.so": 1})
+    assert find_records(tmp_path) == []
+    (tmp_path / aot.AOT_DIR / "e1").mkdir(parents=True)
+    (tmp_path / aot.AOT_DIR / "e1" / aot.META_FILE).write_text("{not json")
+    (record,) = find_records(tmp_path)
+    assert record.meta is None and "unreadable record" in record.problem
+    assert "unreadable record" in choose([record], "m.Model", {}).reason
