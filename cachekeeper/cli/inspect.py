@@ -67,9 +67,8 @@ def diff(a: str | None, b: str | None, use_host: bool, sets: tuple[str, ...], ba
                           0: "--set takes no fingerprint ids"}[want])
     config = _load_config(config_path)
     with open_readonly(catalog_url, config) as catalog, views.reading(catalog) as conn:
-        ids = {p: resolve_prefix(p, views.fingerprint_ids(conn, p.strip().lower())) for p in positional}
-        fps = {p: views.fingerprint(conn, i) for p, i in ids.items()}
-        resolved: list[Fingerprint] = [fp for fp in fps.values() if fp is not None]
+        ids = [resolve_prefix(p, views.fingerprint_ids(conn, p.strip().lower())) for p in positional]
+        resolved: list[Fingerprint] = [fp for fp in (views.fingerprint(conn, i) for i in ids) if fp is not None]
         if use_host or sets:
             name = backend or (resolved[0].backend if resolved else _pick_backend(config, None))
             host = _local_toolchain(config, name, pairs, device)[1]

@@ -25,6 +25,8 @@ def test_diff_of_two_fingerprints_prints_fields_entries_and_rebuild_cost(world: 
     assert doc["rebuild_for_b"] | {"workers": 0} == {"entries": 1, "size": 20_000, "seconds": 20.0, "unknown": 0,
                                                        "workers": 0, "wall_seconds": 20.0}
     assert doc["rebuild_for_a"]["unknown"] == 1 and doc["rebuild_for_a"]["seconds"] == 40.0
+    same = json.loads(world.run("diff", HOST.id, HOST.id[:4], "--json").stdout)
+    assert same["fields"] == {} and same["only_a"] == same["only_b"] == []
     text = world.run("diff", HOST.id, OTHER.id).stdout
     assert "toolchain  1  ->  2" in text and f"{world.tiny128.key[:12]}  tiny/transformer fake:full 128x64x1" in text
 
