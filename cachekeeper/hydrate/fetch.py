@@ -13,6 +13,7 @@ changed are fsynced at the end, before the state file says the files are there (
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import queue
@@ -38,6 +39,9 @@ from .plan import HydratePlan, Placement, coalesce
 from .state import PlacedFile
 
 FETCH_THREADS = 16
+# A blob this big is fetched as parallel ranged GETs of PART bytes (one stream is the known ceiling
+# on real object stores); CACHEKEEPER_PART_MIB=0 turns it off.
+PART = int(float(os.environ.get("CACHEKEEPER_PART_MIB", "32")) * (1 << 20))
 GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway
 T = TypeVar("T")
 
@@ -136,6 +140,67 @@ def _fetch_single(run: _Run, digest: str, size: int, members: list[Placement]) -
     _verified_commit(run, first, out, h.hexdigest(), f"blob {digest[:12]}…")
     for p in rest:
         _copy_placed(run, first, p)
+
+
+class _Parts:
+    """One large blob fetched as parallel ranged GETs into one temp file (each part written at its
+    offset). The worker that ends the last part hashes the whole file, sequentially from the page
+    cache, and renames it into place only if it matches; any failed part discards the file."""
+
+    def __init__(self, run: _Run, digest: str, size: int, members: list[Placement], part: int) -> None:
+        self.run, self.digest, self.size, self.members = run, digest, size, members
+        self.ranges = [(off, min(part, size - off)) for off in range(0, size, part)]
+        self.out: AtomicFile | None = None
+        self.lock = threading.Lock()
+        self.ended = 0
+        self.error: BaseException | None = None
+
+    def _open(self) -> AtomicFile:
+        with self.lock:
+            if self.out is None:
+                self.out = self.run.open(self.members[0])
+            return self.out
+
+    def fetch(self, start: int, length: int) -> None:
+        pos = start
+
+        def sink(chunk: bytes) -> None:
+            nonlocal pos
+            out.pwrite(chunk, pos)
+            pos += len(chunk)
+
+        try:
+            out = self._open()
+            self.run.read(self.digest, sink, start, length, self.size)
+        except BaseException as exc:
+            with self.lock:
+                self.error = self.error or exc
+        with self.lock:
+            self.ended += 1
+            last = self.ended == len(self.ranges)
+        if last:
+            self._finish()
+        elif self.error is not None:
+            raise self.error
+
+    def _finish(self) -> None:
+        out = self.out
+        if self.error is not None or out is None:
+            if out is not None:
+                out.abort()
+            raise self.error or IntegrityError(f"blob {self.digest[:12]}… was not written")
+        h = hashlib.sha256()
+        try:
+            with open(out.tmp, "rb") as f:
+                while chunk := f.read(4 << 20):
+                    h.update(chunk)
+        except OSError as exc:
+            out.abort()
+            raise DestinationError(f"cannot read back {out.tmp}: {exc.strerror}") from None
+        first, *rest = self.members
+        _verified_commit(self.run, first, out, h.hexdigest(), f"blob {self.digest[:12]}…")
+        for p in rest:
+            _copy_placed(self.run, first, p)
 
 
 class _PackSink:
@@ -295,12 +360,17 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
         stats.files_planned = sum(len(ps) for ps in plan.fetch.values())
         stats.bytes_planned = plan.fetch_bytes
 
-        def fetch(job: tuple[str, list[Placement]]) -> None:
-            digest, members = job
+        tasks: list[tuple[str, Callable[[], None]]] = []
+        for digest, members in jobs:
             size = plan.blob_sizes[digest]
-            (_fetch_pack if plan.blob_packed[digest] else _fetch_single)(run, digest, size, members)
+            if not plan.blob_packed[digest] and PART and size >= 2 * PART:
+                parts = _Parts(run, digest, size, members, PART)
+                tasks += [(digest, functools.partial(parts.fetch, start, n)) for start, n in parts.ranges]
+            else:
+                fn = _fetch_pack if plan.blob_packed[digest] else _fetch_single
+                tasks.append((digest, functools.partial(fn, run, digest, size, members)))
 
-        for (digest, _members), _, exc in _pool(fetch, jobs, threads, run.deadline, tick):
+        for (digest, _), _, exc in _pool(lambda task: task[1](), tasks, threads, run.deadline, tick):
             if exc is not None:
                 _record_failure(stats, digest, exc)
             if tick is not None:

@@ -1,0 +1,59 @@
+"""A large blob comes as parallel ranged GETs into one temp file, renamed only when its sha256 matches."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from cachekeeper.errors import IntegrityError
+from cachekeeper.hydrate import fetch
+from cachekeeper.manifest import blob_key
+from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.reader import Body
+
+from .helpers import hydrate_into, publish_tree, read_tree, write_tree
+
+
+class RangeLog(FileStore):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.ranges: list[tuple[str, int, int | None]] = []
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        self.ranges.append((key, start, end))
+        return super().open_range(key, start, end, read_timeout, connect_timeout)
+
+
+@pytest.fixture()
+def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RangeLog, str, dict[str, bytes]]:
+    monkeypatch.setattr(fetch, "PART", 1 << 20)
+    files = {"big.bin": os.urandom((5 << 20) + 123), "copy/big.bin": b"", "small.neff": b"s" * 100}
+    files["copy/big.bin"] = files["big.bin"]  # one blob, two paths
+    store = RangeLog(tmp_path / "store")
+    name = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch, separate_blobs_above=1 << 20).name
+    return store, name, files
+
+
+def test_a_large_blob_arrives_as_parallel_parts_byte_for_byte(
+        big: tuple[RangeLog, str, dict[str, bytes]], tmp_path: Path) -> None:
+    store, name, files = big
+    hydrate_into(lambda: store, tmp_path / "d", [name])
+    assert read_tree(tmp_path / "d") == files
+    key = blob_key(hashlib.sha256(files["big.bin"]).hexdigest())
+    parts = sorted((start, end) for k, start, end in store.ranges if k == key)
+    assert parts == [(i << 20, min((i + 1) << 20, len(files["big.bin"]))) for i in range(6)]  # 6 ranged GETs
+
+
+def test_a_corrupt_large_blob_never_appears(big: tuple[RangeLog, str, dict[str, bytes]], tmp_path: Path) -> None:
+    store, name, files = big
+    path = store.root / blob_key(hashlib.sha256(files["big.bin"]).hexdigest())
+    data = bytearray(path.read_bytes())
+    data[3 << 20] ^= 1
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="failed verification"):
+        hydrate_into(lambda: store, tmp_path / "d", [name])
+    assert not (tmp_path / "d" / "big.bin").exists() and not list((tmp_path / "d").rglob("*.ck-tmp"))
