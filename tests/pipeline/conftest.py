@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def tiny_models() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "examples" / "make_tiny_model.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.simulated.harness import tiny_models
 
 
 @pytest.fixture(scope="session")

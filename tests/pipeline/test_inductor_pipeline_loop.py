@@ -11,26 +11,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_inductor_loop import run
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 1800
 FAMILIES = {"tiny-flux2-klein": "Flux2KleinPipeline", "tiny-flux1": "FluxPipeline"}
-
-
-def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Traceback" not in proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")

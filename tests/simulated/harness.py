@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -60,13 +61,18 @@ def apply_change(change: str, base: Mapping[str, str], mp: pytest.MonkeyPatch, t
     return options
 
 
-def make_tiny_flux(dest: Path) -> ModelRef:
-    """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`."""
+def tiny_models() -> ModuleType:
+    """examples/make_tiny_model.py as a module (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location("make_tiny_model", REPO / "examples" / "make_tiny_model.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.make_flux(dest)
+    return module
+
+
+def make_tiny_flux(dest: Path) -> ModelRef:
+    """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`."""
+    tiny_models().make_flux(dest)
     return ModelRef("tiny-flux", "transformer", path=str(dest / "tiny-flux"), inputs="flux")
 
 
