@@ -95,12 +95,14 @@ def fleet(tmp_path: Path) -> Fleet:
 
 def test_a_killed_worker_takes_its_build_along_and_its_entry_is_built_by_the_next_worker(fleet: Fleet) -> None:
     fleet.run("db", "upgrade")
-    lease = ("--lease", "2", "--heartbeat", "0.5")
+    # Long enough that the immediate rerun below starts inside it even on a busy 2-core box.
+    lease = ("--lease", "6", "--heartbeat", "1")
     victim = fleet.start("prebuild", str(fleet.config), *lease, "--worker", "victim", FAKE_BUILD_SLEEP="60")
     [started] = fleet.wait_for("start")
     assert list(fleet.workdirs.glob("ck-build-*")), "the build runs in a workdir under TMPDIR"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
+    killed = time.monotonic()
 
     # The build and the compiler-like child it spawned die with the worker (within a second or two).
     assert gone_within([int(str(started["pid"])), int(str(started["child"]))], 5)
@@ -111,10 +113,9 @@ def test_a_killed_worker_takes_its_build_along_and_its_entry_is_built_by_the_nex
     assert "held by victim" in rerun.stderr and "--wait" in one_error_line(rerun) + rerun.stderr
     assert not list(fleet.workdirs.glob("ck-build-*")), "the dead worker's workdir was swept"
 
-    # --wait: the lease lapses within about one lease period and the entry is built here.
-    t0 = time.monotonic()
+    # --wait: the lease lapses within one lease period of the kill and the entry is built here.
     done = fleet.run("prebuild", str(fleet.config), *lease, "--wait", "--json")
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - killed < 2 * 6 + 10, "taken again within about two lease periods (+ start-up)"
     counts = json.loads(done.stdout)["counts"]
     assert counts.get("built") == 1 and counts.get("present") == 1, counts
     fleet.run("coverage", str(fleet.config))
