@@ -81,6 +81,7 @@ def load_pipeline(ref: ModelRef, torch_dtype: Any) -> Any:
         source, kwargs["revision"] = ref.hub, ref.revision
     else:
         raise BuildFailed(f"{ref.name}: the model has neither a path nor a hub id")
+    quiet_loading()
     loader: Any = DiffusionPipeline  # diffusers is untyped
     try:
         pipe = loader.from_pretrained(source, **kwargs)
@@ -88,6 +89,18 @@ def load_pipeline(ref: ModelRef, torch_dtype: Any) -> Any:
         raise BuildFailed(f"{ref.name}: cannot load the pipeline from {source}: {exc}") from None
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def quiet_loading() -> None:
+    """No loading progress bars in build logs: the worker shows their tail, where a one-line error belongs."""
+    from diffusers.utils import logging as diffusers_logging
+
+    diffusers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:
+        return
+    transformers_logging.disable_progress_bar()
 
 
 def component_of(pipe: Any, ref: ModelRef) -> Any:
