@@ -152,3 +152,29 @@ def test_the_device_count_options_do_not_change_the_toolchain_fingerprint(monkey
     install(monkeypatch, tmp_path / "site")    # simulated torch-neuronx / torch_tpu metadata
     for backend, option in ((NeuronBackend(), "cores"), (TPUBackend(), "chips")):
         assert backend.fingerprint({option: "8"}).id == backend.fingerprint({}).id, backend.name
+
+
+def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchain_recorded(tmp_path: Path) -> None:
+    from cachekeeper.publish import publish
+    from cachekeeper.stores.memory import MemoryStore
+    from cachekeeper.worker.prebuild import Toolchain, shard_entries
+    from tests.core.helpers import fingerprint, spec, write_tree
+    from tests.fakes import FakeBackend
+
+    store = MemoryStore()
+    specs = [spec(height=64 * (i + 1)) for i in range(6)]
+    recorded = [600.0, 100.0, 100.0, 100.0, 100.0, 100.0]   # one slow entry, five quick ones
+    for s, seconds in zip(specs, recorded, strict=True):
+        publish(store, fingerprint=fingerprint("old"), spec=s, build={"seconds": seconds},
+                roots={"cache": write_tree(tmp_path / s.key, {"f": s.key.encode()})}, include=lambda r, p, f: True)
+    entries = [PlannedEntry(s, ModelRef("tiny", "transformer", path="/m")) for s in specs]
+    tcs = {"fake": Toolchain(FakeBackend(), fingerprint("new"), {})}
+
+    shards = [shard_entries(entries, tcs, Shard(i, 2), store, None) for i in range(2)]
+
+    assert [len(s) for s in shards] == [1, 5]          # 600 s alone, 5 x 100 s together: 600 vs 500
+    assert shards[0][0].spec == specs[0]
+    # The new toolchain's own manifests (being built by this run's shards) never move the split.
+    publish(store, fingerprint=fingerprint("new"), spec=specs[1], build={"seconds": 5000.0},
+            roots={"cache": write_tree(tmp_path / "new", {"f": b"new"})}, include=lambda r, p, f: True)
+    assert [shard_entries(entries, tcs, Shard(i, 2), store, None) for i in range(2)] == shards
