@@ -27,13 +27,26 @@ _pool_lock = threading.Lock()
 _pool: urllib3.PoolManager | None = None
 
 
-def _http() -> urllib3.PoolManager:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            from botocore.httpsession import get_cert_path
+_proxies: dict[str, urllib3.ProxyManager] = {}
 
-            ca = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
+
+def _http(url: str) -> urllib3.PoolManager:
+    """The shared pool, or a proxy's when HTTP(S)_PROXY applies to this endpoint (as botocore would)."""
+    global _pool
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    with _pool_lock:
+        from botocore.httpsession import get_cert_path
+
+        ca = os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True)
+        if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+            if proxy not in _proxies:
+                _proxies[proxy] = urllib3.ProxyManager(proxy, num_pools=4, maxsize=64, block=False, ca_certs=ca)
+            return _proxies[proxy]
+        if _pool is None:
             _pool = urllib3.PoolManager(num_pools=4, maxsize=64, block=False, ca_certs=ca)
         return _pool
 
@@ -93,7 +106,7 @@ def open_range(store: S3Store, key: str, start: int, end: int | None, read_timeo
     if start > 0 or end is not None:
         headers["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
     try:
-        resp = _http().request("GET", url, headers=headers, preload_content=False, retries=False, redirect=False,
+        resp = _http(url).request("GET", url, headers=headers, preload_content=False, retries=False, redirect=False,
                                timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout))
     except (HTTPError, OSError) as exc:
         if _refused(exc):

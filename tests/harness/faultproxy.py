@@ -4,7 +4,8 @@ It forwards each request byte for byte (Host untouched, so SigV4 signatures stil
 per connection (it asks the upstream for `Connection: close`), and on a chosen share of requests
 injects a fault instead:
 
-    "503"      answer 503 Service Unavailable
+    "500"      answer 500 Internal Server Error
+    "503"      answer 503 Service Unavailable (S3's "slow down")
     "reset"    reset the connection before any response
     "reset_mid" forward, relay the headers and half the body, then reset
     "stall"    accept the request and never answer (until the proxy stops)
@@ -25,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-KINDS = ("503", "reset", "reset_mid", "stall")
+KINDS = ("500", "503", "reset", "reset_mid", "stall")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class FaultProxy:
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(128)
         self._matched = 0
+        self._turn = 0
         self._conns: list[socket.socket] = []
 
     @property
@@ -93,7 +95,10 @@ class FaultProxy:
                 return "pass"
             self._matched += 1
             hit = self._matched <= self.first if self.first is not None else self._rng.random() < self.rate
-            return self._rng.choice(self.kinds) if hit else "pass"
+            if not hit:
+                return "pass"
+            self._turn += 1  # kinds in rotation: a handful of faults already covers every kind
+            return self.kinds[(self._turn - 1) % len(self.kinds)]
 
     def _serve(self, client: socket.socket) -> None:
         try:
@@ -110,8 +115,10 @@ class FaultProxy:
                 self.seen.append(Seen(method.decode(), path.decode(errors="replace"), rng, fault))
                 if fault != "pass":
                     self.injected[fault] += 1
-            if fault == "503":
-                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            if fault in ("500", "503"):
+                reason = b"Internal Server Error" if fault == "500" else b"Service Unavailable"
+                client.sendall(b"HTTP/1.1 " + fault.encode() + b" " + reason +
+                               b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 return
             if fault == "reset":
                 _reset(client)
