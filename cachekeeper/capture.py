@@ -91,8 +91,12 @@ class CaptureReport:
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
         d["dest"] = str(self.dest)
-        d["counts"] = {"captured": len(self.files), "placed": self.placed, "writing": len(self.writing),
-                       "refused": len(self.refused), "previously_published": self.previously_published}
+        # In files, like hydrate's in entries: hit = placed by hydrate (prebuilt or captured earlier), missed =
+        # compiled by the runtime since, captured = written back by this run (0 without --publish).
+        d["counts"] = {"hit": self.placed, "missed": len(self.files) + len(self.writing),
+                       "captured": len(self.files) if self.manifest else 0, "placed": self.placed,
+                       "writing": len(self.writing), "refused": len(self.refused),
+                       "previously_published": self.previously_published}
         return d
 
 

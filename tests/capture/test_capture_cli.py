@@ -37,6 +37,8 @@ def test_capture_lists_only_complete_files_the_runtime_added(world: World) -> No
 
     proc = world.capture(dest)
     assert proc.stdout.splitlines() == ["new/a.neff"]
+    listed = json.loads(world.capture(dest, "--json").stdout)["counts"]
+    assert (listed["missed"], listed["captured"], listed["refused"]) == (1, 0, 1)
     assert "refused symlink" in proc.stderr and str(dest / "link.neff") in proc.stderr
     assert world.captured_keys() == [], "without --publish nothing is written"
 
@@ -47,7 +49,7 @@ def test_a_published_set_is_hydrated_by_the_next_host_and_is_not_captured_twice(
     runtime_writes(d1, "new/a.neff", b"shape B graph")
     report = json.loads(world.capture(d1, "--publish", "--json").stdout)
     assert report["files"] == ["new/a.neff"] and report["created"] is True
-    assert report["counts"]["captured"] == 1 and report["counts"]["placed"] == 3
+    assert {k: report["counts"][k] for k in ("hit", "missed", "captured")} == {"hit": 3, "missed": 1, "captured": 1}
 
     [key] = world.captured_keys()
     doc = json.loads((world.store_dir / key).read_text())
