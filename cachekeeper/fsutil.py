@@ -12,7 +12,6 @@ import fcntl
 import hashlib
 import itertools
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
@@ -97,7 +96,16 @@ def _sync_file_range() -> Callable[[int, int, int], object] | None:
         return None
 
 
-_start_writeback = _sync_file_range()
+_UNSET: object = object()
+_writeback: object = _UNSET   # resolved on first use: ctypes stays off the no-op hydrate's imports
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    global _writeback
+    if _writeback is _UNSET:
+        _writeback = _sync_file_range()
+    if _writeback is not None:
+        _writeback(fd, offset, length)  # type: ignore[operator]
 
 
 class AtomicFile:
@@ -124,7 +132,7 @@ class AtomicFile:
             while view:
                 n = os.pwrite(self.f.fileno(), view, offset)
                 view, offset = view[n:], offset + n
-            if _start_writeback is not None and len(data) >= WRITEBACK_EVERY // 8:
+            if len(data) >= WRITEBACK_EVERY // 8:
                 _start_writeback(self.f.fileno(), offset - len(data), len(data))
         except OSError as exc:
             raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
@@ -135,7 +143,7 @@ class AtomicFile:
             while view:  # unbuffered: a short write is possible
                 view = view[self.f.write(view):]
             self._written += len(data)
-            if _start_writeback is not None and self._written - self._flushed >= WRITEBACK_EVERY:
+            if self._written - self._flushed >= WRITEBACK_EVERY:
                 _start_writeback(self.f.fileno(), self._flushed, self._written - self._flushed)
                 self._flushed = self._written
         except OSError as exc:
@@ -217,7 +225,7 @@ def sha256_file(path: Path) -> str:
 
 def new_tag() -> str:
     """A writer tag for one run: never all digits (those are pids, the default tag)."""
-    return f"r{os.getpid()}x{secrets.token_hex(4)}"
+    return f"r{os.getpid()}x{os.urandom(4).hex()}"
 
 
 class LiveTag:

@@ -12,7 +12,6 @@ A store provides one primitive, `Store.open_range` (a single attempt, no retries
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,6 +95,8 @@ class RetryPolicy:
     cap: float = 2.0
 
     def delay(self, attempt: int) -> float:
+        import random  # only when retrying: not on the boot path's imports
+
         return random.uniform(0, min(self.cap, self.base * (2 ** attempt)))
 
 
