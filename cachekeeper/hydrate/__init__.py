@@ -168,7 +168,6 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                           roots={k: str(v) for k, v in roots.items()})
             save_state(dest, state)
         with contextlib.ExitStack() as stack:
-            tag = _claim_roots(stack, dest, roots, budget)
             from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
             try:
@@ -182,6 +181,10 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                 report.incomplete = exc.message  # nothing placed: the server compiles what it needs
                 return _finish(report, t0, budget)
             plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker())
+            # Only the roots this run writes to are created, marked live and swept.
+            used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
+                | {p.record.root for p in plan.check}
+            tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
             placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
                                     roots=roots.values())
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
