@@ -5,6 +5,10 @@ A signature signs the manifest's exact bytes and is stored beside the bucket's m
 Publishers sign with a private key (`CACHEKEEPER_SIGNING_KEY`, a PEM file); hydrate, given trusted
 public keys (`--trusted-key` / `CACHEKEEPER_TRUSTED_KEYS`), refuses any manifest without a valid
 signature from one of them. `cryptography` is imported only when keys are used.
+
+A signature binds a manifest's identity because it covers the exact bytes, and the bytes name the entry
+key, the fingerprint id and the kind. Hydrate compares those with what it asked for
+(`hydrate.resolve.check_identity`), so a validly signed manifest of entry B stored at A's key is refused.
 """
 
 from __future__ import annotations
