@@ -256,7 +256,7 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
              report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
              budget: Deadline | None = None) -> list[Manifest]:
     if pins is None:
-        entries = list_entries(store, fingerprint, models, trusted)
+        entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
     else:
         entries, report.missing = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
     if not entries or (require_all and report.missing):
@@ -265,7 +265,8 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
         detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
         raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
     # A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones.
-    return with_shared(store, fingerprint, entries, trusted, captured=not any(p.digest for p in pins or ()))
+    return with_shared(store, fingerprint, entries, trusted, captured=not any(p.digest for p in pins or ()),
+                       deadline=budget)
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],

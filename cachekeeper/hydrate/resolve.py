@@ -99,12 +99,12 @@ def require_toolchain(m: Manifest, local: Fingerprint) -> None:
 
 
 def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None,
-                 trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
+                 trusted: tuple[PublicKey, ...] = (), *, deadline: Deadline | None = None) -> list[Manifest]:
     """Every entry manifest published for this toolchain (optionally only some models)."""
     prefix = manifest_prefix(fingerprint.id)
     names = [k.removeprefix(prefix).removesuffix(".json") for k in store.list(prefix)
              if k.endswith(".json") and "/" not in k.removeprefix(prefix)]  # captured/ sets: list_captured
-    found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names], trusted)
+    found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names], trusted, deadline=deadline)
     entries = [m for m in found if m.kind == KIND_ENTRY]
     if models:
         entries = [m for m in entries if m.spec and m.spec.model in models]
@@ -112,19 +112,22 @@ def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None
 
 
 def with_shared(store: Store, fingerprint: Fingerprint, manifests: list[Manifest],
-                trusted: tuple[PublicKey, ...] = (), *, captured: bool = True) -> list[Manifest]:
+                trusted: tuple[PublicKey, ...] = (), *, captured: bool = True,
+                deadline: Deadline | None = None) -> list[Manifest]:
     """Add the toolchain-shared manifests the entries require (a missing one is a miss, not an error),
     then (with `captured`) the captured sets that extended any of them (runtime compiles written back)."""
     have = {m.name for m in manifests}
     needed = sorted({r for m in manifests for r in m.requires} - have)
-    shared, _ = fetch_manifests(store, fingerprint, [Pin(n, kind=KIND_SHARED) for n in needed], trusted)
+    shared, _ = fetch_manifests(store, fingerprint, [Pin(n, kind=KIND_SHARED) for n in needed], trusted,
+                                deadline=deadline)
     if not captured:
         return manifests + shared
-    return manifests + shared + [m for m in list_captured(store, fingerprint, have, trusted) if m.name not in have]
+    return manifests + shared + [m for m in list_captured(store, fingerprint, have, trusted, deadline=deadline)
+                                 if m.name not in have]
 
 
 def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
-                  trusted: tuple[PublicKey, ...] = ()) -> list[Manifest]:
+                  trusted: tuple[PublicKey, ...] = (), *, deadline: Deadline | None = None) -> list[Manifest]:
     """Captured sets of this toolchain whose host had hydrated any of `extends`. They come after the
     prebuilt manifests (a path both name keeps the prebuilt bytes), and one that is unreadable, of
     another toolchain or not signed by a trusted key is skipped: a miss, never a failed boot."""
@@ -136,7 +139,7 @@ def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
 
     def get(name: str) -> Manifest | None:
         try:
-            return _get(store, fingerprint.id, Pin(name, kind=KIND_CAPTURED), trusted)
+            return _get(store, fingerprint.id, Pin(name, kind=KIND_CAPTURED), trusted, deadline)
         except (IntegrityError, ManifestError, UnsafePath):
             return None
 
