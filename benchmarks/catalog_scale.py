@@ -94,8 +94,8 @@ def _fill_in_child(url: str, n: int, config: Path, env: dict[str, str]) -> None:
     subprocess.run([sys.executable, __file__, "--fill", url, str(config), str(n)], env=env, check=True)
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB of the child, stdout lines)."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS MiB of the child, stdout lines, CPU seconds user+sys)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -105,7 +105,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     wall = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}")
-    return wall, usage.ru_maxrss / 1024, lines
+    return wall, usage.ru_maxrss / 1024, lines, usage.ru_utime + usage.ru_stime
 
 
 def measure(label: str, url: str, env: dict[str, str], tmp: Path, config: Path, repeats: int) -> None:
@@ -118,13 +118,13 @@ def measure(label: str, url: str, env: dict[str, str], tmp: Path, config: Path, 
         "stats": [*ck, "stats", "--catalog", url],
         "coverage (1,000 entries)": [*ck, "coverage", str(config), "--catalog", url],
     }
-    print(f"\n{label}: {url.split('@')[-1]}")
-    print(f"  {'command':<26} {'wall median':>11} {'min':>7} {'peak RSS':>9} {'lines':>8}")
+    print(f"\n{label}: {url.split('@')[-1]} (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(f"  {'command':<26} {'wall median':>11} {'min':>7} {'CPU median':>10} {'peak RSS':>9} {'lines':>8}")
     for name, argv in runs.items():
         results = [timed(argv, env, tmp) for _ in range(repeats)]
         walls = [r[0] for r in results]
         print(f"  {name:<26} {statistics.median(walls):10.3f}s {min(walls):6.3f}s "
-              f"{max(r[1] for r in results):7.0f}MB {results[0][2]:8d}")
+              f"{statistics.median(r[3] for r in results):9.3f}s {max(r[1] for r in results):7.0f}MB {results[0][2]:8d}")
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """`ls` at any catalog size: rows streamed from the database in batches and written as they come, in
-constant memory, never built into CatalogRow objects.
+constant memory, never built into CatalogRow objects. Rows come by toolchain, then entry key.
 
 `ls --json` writes JSON lines: one object per manifest with the fields of `CatalogRow`, in its order
 (`created_at` as `YYYY-MM-DD HH:MM:SS.ffffff+00:00`, `spec` and `build` as JSON objects). The database
@@ -27,7 +27,9 @@ TEXT_COLUMNS = ("fingerprint_id", "name", "backend", "model", "component", "mode
 
 def _filtered(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
               kind: str) -> Select[Any]:
-    query = query.where(M.kind == kind).order_by(M.fingerprint_id, M.backend, M.model, M.name)
+    # By toolchain, then entry key: the order of the (fingerprint_id, name) unique index, so the database
+    # streams rows without sorting 100k of them first.
+    query = query.where(M.kind == kind).order_by(M.fingerprint_id, M.name)
     if fingerprint_id is not None:
         query = query.where(M.fingerprint_id == fingerprint_id)
     if backend is not None:
