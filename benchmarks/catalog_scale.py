@@ -124,7 +124,8 @@ def measure(label: str, url: str, env: dict[str, str], tmp: Path, config: Path, 
         results = [timed(argv, env, tmp) for _ in range(repeats)]
         walls = [r[0] for r in results]
         print(f"  {name:<26} {statistics.median(walls):10.3f}s {min(walls):6.3f}s "
-              f"{statistics.median(r[3] for r in results):9.3f}s {max(r[1] for r in results):7.0f}MB {results[0][2]:8d}")
+              f"{statistics.median(r[3] for r in results):9.3f}s {max(r[1] for r in results):7.0f}MB "
+              f"{results[0][2]:8d}")
 
 
 def main() -> None:
