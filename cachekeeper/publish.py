@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .signing import SigningKey
 
 UPLOAD_THREADS = 16
-MAX_BYTES_IN_FLIGHT = 512 << 20   # uploads (and pack buffers) in memory or on the wire at once
+MAX_BYTES_IN_FLIGHT = 256 << 20   # uploads (and pack buffers) in memory or on the wire at once: 4 packs
 
 
 @dataclass(frozen=True)
