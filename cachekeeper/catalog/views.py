@@ -297,10 +297,14 @@ class Publish:
     created_at: datetime
 
 
-def recent_publishes(conn: Connection, limit: int = 20) -> list[Publish]:
+def recent_publishes(conn: Connection, fp_id: str | None = None, limit: int = 20) -> list[Publish]:
+    """The latest manifests, of one toolchain (a range of its index) or of all (a full scan: there is no
+    index on created_at)."""
     query = (select(M.fingerprint_id, M.name, M.kind, M.model, M.component, M.backend, M.mode, M.height,
                     M.width, M.batch, M.dtype, M.total_size, M.created_at, _seconds().label("seconds"))
              .order_by(M.created_at.desc(), M.name).limit(limit))
+    if fp_id is not None:
+        query = query.where(M.fingerprint_id == fp_id)
     return [Publish(r.fingerprint_id, r.name, r.kind, _label(r) if r.model else r.name, int(r.total_size),
                     None if r.seconds is None else float(r.seconds), aware(r.created_at))
             for r in conn.execute(query)]

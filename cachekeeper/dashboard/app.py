@@ -59,7 +59,7 @@ def create_app(catalog: Catalog) -> Starlette:
                 detail = views.fingerprint_detail(conn, chosen["id"])
                 choices = views.filter_choices(conn, chosen["backend"], detail)
             queue = views.queue_view(conn)
-            publishes = views.recent_publishes(conn)
+            publishes = views.recent_publishes(conn, chosen["id"] if chosen else None)
         return page(request, "index.html", {
             "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "detail": detail,
             "queue": queue,

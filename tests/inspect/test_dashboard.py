@@ -91,9 +91,11 @@ def test_filters_and_pages_narrow_the_matrix(dash: Dash) -> None:
 def test_the_queue_the_publishes_and_a_diff_show(dash: Dash) -> None:
     dash.catalog.enqueue([(HOST.id, "a" * 32, "{}"), (HOST.id, "b" * 32, "{}")])
     dash.catalog.claim("worker-7", lease_s=600)
-    html = dash.get("/")
+    html = dash.get(f"/?fp={HOST.id}")
     assert "pending: 1" in html and "running: 1" in html and "worker-7" in html and "s left" in html
-    assert html.count("tiny/transformer fake:full") >= 2       # recent publishes list entries by label
+    publishes = html[html.index("Recent publishes"):]               # this toolchain's, newest first
+    assert "tiny/transformer fake:full 128x64x1" in publishes and "captured/0000000000000000" in publishes
+    assert "small/unet" not in publishes
     diff = dash.get(f"/diff?a={HOST.id}&b={OTHER.id[:5]}&workers=2")
     assert "<td class=\"mono\">toolchain</td><td>1</td><td>2</td>" in diff
     assert "Built for A, not for B (B must rebuild): 1 entries" in diff
