@@ -132,7 +132,7 @@ def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: S
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
         keys = [e.spec.key for e in group]
-        indexed = catalog.lookup(fp_id, keys) if catalog is not None else {}
+        indexed = catalog.digests(fp_id, keys) if catalog is not None else {}
         stored: set[str] | None = None
         if catalog is None or verify_store:
             # One listing of the toolchain's manifests, not a HEAD per entry.
@@ -150,7 +150,7 @@ def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: S
                 built = False
                 if key in indexed:   # an index row whose manifest is gone (gc, repair): rebuild it
                     assert catalog is not None
-                    catalog.forget(indexed[key].digest)
+                    catalog.forget(indexed[key])
             if built:
                 present.append(_outcome(e, tc, "present"))
             else:
