@@ -298,7 +298,10 @@ class CompiledComponent:
         fn = aot.unwrapped_forward(self.model)
         if aot.qualname(fn) != meta.forward:
             raise RuntimeError(f"forward is {aot.qualname(fn)}, the record names {meta.forward}")
-        with open(record.dir / aot.FUNCTION_FILE, "rb") as f:
+        # The record's fingerprint equals this host's (CPU ISA, compiler identity, torch): Inductor's ISA
+        # probes, child processes run on every load (seconds), could only confirm what the prebuild found.
+        skip_probes = {"cpp.vec_isa_ok": True} if meta.options.get("device", "cpu") == "cpu" else {}
+        with open(record.dir / aot.FUNCTION_FILE, "rb") as f, torch._inductor.config.patch(skip_probes):
             loaded: Callable[..., Any] = torch.compiler.load_compiled_function(
                 f, f_globals=fn.__globals__, external_data={aot.EXTERNAL_FORWARD: fn})
         return loaded

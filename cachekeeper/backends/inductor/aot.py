@@ -251,10 +251,24 @@ def prebuild(job: BuildJob, model: Any, inputs: Mapping[str, Any]) -> dict[str, 
         got = compiled(model, **inputs)
         want = model(**inputs)
     diff = max_abs_diff(got, want)
-    if not diff < 1e-3:
-        raise BuildFailed(f"{label}: the precompiled function differs from eager by {diff:.3g}")
+    # Relative to the output's scale; half precision rounds differently in fused kernels.
+    scale = max(1.0, max_abs(want))
+    limit = (1e-3 if job.spec.dtype == "float32" else 5e-2) * scale
+    if not diff <= limit:
+        raise BuildFailed(f"{label}: the precompiled function differs from eager by {diff:.3g} (limit {limit:.3g})")
     out = save(job, model, inputs, compiled)
     return {"aot_compile_s": round(compile_s, 3), "aot_max_abs_diff": diff, "aot_dir": str(out)}
+
+
+def max_abs(a: Any) -> float:
+    """Largest |x| over the tensors of an output (0 when it has none)."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        return float(a.float().abs().max()) if a.numel() else 0.0
+    if isinstance(a, (tuple, list)):
+        return max((max_abs(x) for x in a), default=0.0)
+    return 0.0
 
 
 def max_abs_diff(a: Any, b: Any) -> float:
