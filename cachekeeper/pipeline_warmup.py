@@ -23,7 +23,7 @@ from typing import Any
 
 from .backends.base import ModelRef
 from .errors import BuildFailed
-from .spec import EntrySpec, default_warmup
+from .spec import EntrySpec
 
 WARMUP_PROMPT = "warmup"
 WARMUP_STEPS = 2          # a second step runs the scheduler's step path with a non-initial sigma
@@ -31,9 +31,10 @@ SEED = 0
 MODEL_INDEX = "model_index.json"
 
 
-def warmup_kind(spec: EntrySpec, ref: ModelRef) -> str:
-    """The entry's warm-up: its key option when the config set one, else the mode's default."""
-    return dict(spec.options).get("warmup") or ref.warmup or default_warmup(spec.mode)
+def warmup_kind(spec: EntrySpec) -> str:
+    """The entry's warm-up, as its key says: the config puts `warmup=pipeline` there (for eager modes by
+    default, spec.default_warmup); a key without it (an entry of an earlier release) is a component warm-up."""
+    return "pipeline" if dict(spec.options).get("warmup") == "pipeline" else "component"
 
 
 def has_pipeline(ref: ModelRef) -> bool:
@@ -100,7 +101,7 @@ def quiet_loading() -> None:
         from transformers.utils import logging as transformers_logging
     except ImportError:
         return
-    transformers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def component_of(pipe: Any, ref: ModelRef) -> Any:

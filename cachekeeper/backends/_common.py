@@ -365,7 +365,7 @@ def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...],
     (`warmup: pipeline`) or the component on its captured (or built) inputs."""
     from ..pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
 
-    if warmup_kind(job.spec, job.model) == "pipeline":
+    if warmup_kind(job.spec) == "pipeline":
         pipe = load_pipeline(job.model, torch_dtype(job.spec.dtype))
         model = component_of(pipe, job.model)
         check_size(job.model, job.spec, pipe, model)

@@ -102,7 +102,7 @@ def run(job: BuildJob) -> dict[str, Any]:
     if job.model.tensor_parallel > 1:
         raise BuildFailed(f"{job.model.name}: the inductor backend builds on one device",
                           "set tensor_parallel: 1 for inductor entries")
-    if warmup_kind(job.spec, job.model) == "pipeline":
+    if warmup_kind(job.spec) == "pipeline":
         return run_pipeline(job, device, t0)
     model, inputs = component_and_inputs(job, device)  # captured from the pipeline, or built
     model = model.to(device)
