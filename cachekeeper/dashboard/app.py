@@ -40,6 +40,8 @@ def create_app(catalog: Catalog) -> Starlette:
     templates = Jinja2Templates(directory=str(TEMPLATES))
     templates.env.filters["mb"] = _mb
     templates.env.filters["secs"] = _secs
+    for name in ("index.html", "diff.html"):
+        templates.get_template(name)     # compile at start-up, not on the first visitor's request
 
     def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         return templates.TemplateResponse(request, name, {"catalog_url": catalog.url, **context},
