@@ -319,6 +319,8 @@ class CompiledComponent:
         return self._fallback(*args, **kwargs)
 
     def _warn(self, reason: str) -> None:
+        if reason in self.stats.fallbacks:  # one line per reason, not one per call
+            return
         self.stats.fallbacks.append(reason)
         log.warning("cachekeeper: warning: %s; compiling with torch.compile instead", reason)
 

@@ -281,3 +281,16 @@ def test_a_missing_or_truncated_kernel_and_an_unreadable_record_are_named(tmp_pa
     (record,) = find_records(tmp_path)
     assert record.meta is None and "unreadable record" in record.problem
     assert "unreadable record" in choose([record], "m.Model", {}).reason
+
+
+def test_without_a_hydrated_dir_every_call_compiles_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("torch")
+    from cachekeeper.runtime import CompiledComponent
+
+    helper = CompiledComponent(object(), None)
+    with caplog.at_level("WARNING", logger="cachekeeper.runtime"):
+        assert helper.precompiled_for(x=1) is False
+        assert helper.precompiled_for(x=2) is False
+    assert helper.stats.fallbacks == ["TORCHINDUCTOR_CACHE_DIR is not set"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "cachekeeper: warning: TORCHINDUCTOR_CACHE_DIR is not set; compiling with torch.compile instead"]
