@@ -42,7 +42,10 @@ class GCSBody(Body):
             raise StoreRetryable(f"{self.where}: transfer broke mid-body ({type(exc).__name__})") from None
 
     def close(self) -> None:
-        self.resp.close()
+        if self.resp.raw.length_remaining == 0:  # all of it read: keep the connection for the next request
+            self.resp.raw.release_conn()
+        else:
+            self.resp.close()
 
 
 def _refused(exc: BaseException) -> bool:

@@ -82,7 +82,7 @@ class S3Body(Body):
             raise StoreRetryable(f"{self.where}: transfer broke mid-body ({type(exc).__name__})") from None
 
     def close(self) -> None:
-        if self.done:
+        if self.done or self.resp.length_remaining == 0:  # all of it read: the connection is reusable
             self.resp.release_conn()
         else:  # half-read: this connection cannot serve another request
             self.resp.close()
