@@ -81,3 +81,16 @@ def test_a_component_only_warmup_leaves_neffs_for_boot(host: Path, pipelines: Pa
                    seed_from=hydrated(component, tmp_path / "component", tmp_path / "boot"))
     assert served["counters"]["compiled"] > 0   # the text encoder and VAE ops compile on the first request
     assert served["counters"]["loaded"] > 0     # the transformer's ops were warmed
+
+
+def test_a_captured_component_warmup_compiles_the_graph_the_pipeline_runs(host: Path, pipelines: Path,
+                                                                          tmp_path: Path) -> None:
+    """Compiled mode (`full`): the component alone, fed its captured arguments, compiles exactly the graph
+    that `pipe(...)` then asks for (one NEFF per graph; the eager rest is not counted in compiled mode)."""
+    component = entry("neuron", "full", "component")
+    built = build(pipelines, component, tmp_path / "component")
+    assert built["counters"]["compiled"] >= 1
+    served = build(pipelines, entry("neuron", "full", "pipeline"), tmp_path / "served",
+                   seed_from=hydrated(component, tmp_path / "component", tmp_path / "boot"))
+    assert served["counters"]["compiled"] == 0
+    assert served["counters"]["loaded"] == built["counters"]["compiled"]
