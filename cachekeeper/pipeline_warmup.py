@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -219,12 +219,3 @@ def captured_component(ref: ModelRef, spec: EntrySpec, torch_dtype: Any) -> tupl
     args, kwargs = capture_inputs(pipe, component, call_kwargs(pipe, spec, ref))
     return component.eval().requires_grad_(False), as_keywords(component, args, kwargs)
 
-
-def run_pipeline(pipe: Any, kwargs: Mapping[str, Any], wrap: Callable[[], Any] | None = None) -> Any:
-    """The warm-up call, through the VAE decode, under `wrap()` (a backend's eager-mode context)."""
-    import contextlib
-
-    import torch
-
-    with torch.no_grad(), (wrap() if wrap is not None else contextlib.nullcontext()):
-        return pipe(**kwargs)
