@@ -9,6 +9,7 @@ Starts SeaweedFS on loopback (the test harness's launcher), publishes two caches
     aws s3 sync       the AWS CLI, same objects as plain files
     boto3 x16         a 16-thread get_object loop writing files
     boto3 seq         a sequential get_object loop writing files
+    boto3 seq+fsync   the same, each file fsynced as hydrate does (what durability costs, measured)
     cp -r             a local copy of the same tree (the disk's own ceiling)
 
 Data: (a) 2,000 files of 64–512 KiB in the TorchNeuron layout (<k0k1>/<k2k3>/<32 hex>.neff, ~562 MiB);
@@ -42,6 +43,7 @@ import os, sys, boto3
 from concurrent.futures import ThreadPoolExecutor
 from botocore.config import Config
 bucket, prefix, dest, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+durable = sys.argv[5:] == ["fsync"]
 s3 = boto3.client("s3", config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
 keys = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         for o in p.get("Contents", ())]
@@ -52,6 +54,8 @@ def get(key):
     with open(path, "wb") as f:
         for chunk in body.iter_chunks(1 << 20):
             f.write(chunk)
+        if durable:
+            f.flush(); os.fsync(f.fileno())
 if threads == 1:
     for k in keys: get(k)
 else:
@@ -166,6 +170,7 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
                               "--dest", str(d)],
         "boto3 x16": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "16"],
         "boto3 seq": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1"],
+        "boto3 seq+fsync": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1", "fsync"],
         "cp -r": lambda d: ["cp", "-r", str(src), str(d)],
     }
     if aws:
@@ -183,11 +188,11 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
     for m, rs in results.items():
         walls = [w for w, _, _ in rs]
         cpu = statistics.median(c for _, _, c in rs)
-        print(f"{m:12} median {statistics.median(walls):6.2f}s  {rate[m]:7.0f} MiB/s  "
+        print(f"{m:15} median {statistics.median(walls):6.2f}s  {rate[m]:7.0f} MiB/s  "
               f"peak RSS {max(r for _, r, _ in rs):5.0f} MiB  CPU {cpu:5.2f}s ({cpu / (total / (1 << 30)):.2f}s/GiB)"
               f"   (runs: {', '.join(f'{w:.2f}' for w in walls)})")
     for other in (m for m in methods if m != "hydrate"):
-        print(f"hydrate / {other:12} {rate['hydrate'] / rate[other]:.2f}x")
+        print(f"hydrate / {other:15} {rate['hydrate'] / rate[other]:.2f}x")
     shutil.rmtree(src, ignore_errors=True)
 
 
