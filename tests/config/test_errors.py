@@ -101,14 +101,14 @@ CASES: dict[str, tuple[str, str]] = {
                      "unknown mode 'ful'; did you mean 'full'?"),
     "mode the backend does not support": (
         MODEL + "    modes:\n      - full\n      - eager  # <-\n",
-        "mode 'eager' is not supported by backend 'inductor' (model 'a'; supported: full, repeated_blocks)"),
+        "mode 'eager' is not supported by backend 'inductor' (model 'a'; supported: full, repeated_blocks, aot)"),
     "default mode a model's backend does not support": (
         "version: 1\ndefaults:\n  modes: [defer_and_fuse]  # <-\n  shapes: ['64x64']\n"
         "models:\n  - {name: a, path: ./a, backends: [tpu]}\n  - {name: b, path: ./b, backends: [neuron]}\n",
         "mode 'defer_and_fuse' is not supported by backend 'neuron' (model 'b'"),
     "per-backend mode the backend does not support": (
         MODEL + "    modes: {inductor: [eager]}  # <-\n",
-        "mode 'eager' is not supported by backend 'inductor' (model 'a' modes; supported: full, repeated_blocks)"),
+        "mode 'eager' is not supported by backend 'inductor' (model 'a' modes; supported: full, repeated_blocks, aot)"),
     "per-backend modes missing a backend": (
         MODEL + "    backends: [inductor, tpu]\n    modes:  # <-\n      inductor: [full]\n",
         "modes for model 'a' list no modes for backend 'tpu'"),
