@@ -12,6 +12,7 @@ What is built already is decided catalog first: an entry the catalog indexes cos
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import socket
@@ -30,6 +31,7 @@ from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
 from ..manifest import Manifest, manifest_key
 from ..publish import publish
+from ..spec import EntrySpec
 from ..stores.base import Store
 from . import payload
 from .devices import slot_envs
@@ -115,8 +117,14 @@ def toolchains(config: Config, entries: list[PlannedEntry]) -> dict[str, Toolcha
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def key_of(spec: EntrySpec) -> str:
+    """`spec.key` once per spec: it is a digest of the canonical spec, and a 10k-entry plan asks often."""
+    return spec.key
+
+
 def _outcome(entry: PlannedEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "") -> Outcome:
-    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, status, seconds, detail)
+    return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail)
 
 
 # --- what is built already ---------------------------------------------------------------------------
@@ -131,7 +139,7 @@ def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: S
     for e in entries:
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
-        keys = [e.spec.key for e in group]
+        keys = [key_of(e.spec) for e in group]
         indexed = catalog.digests(fp_id, keys) if catalog is not None else {}
         stored: set[str] | None = None
         if catalog is None or verify_store:
@@ -139,7 +147,7 @@ def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: S
             prefix = f"manifests/{fp_id}/"
             stored = {k[len(prefix):-len(".json")] for k in store.list(prefix) if k.endswith(".json")}
         for e in group:
-            tc, key = tcs[e.spec.backend], e.spec.key
+            tc, key = tcs[e.spec.backend], key_of(e.spec)
             if stored is None:
                 built = key in indexed
             elif key in stored:
@@ -179,13 +187,13 @@ def shard_entries(entries: list[PlannedEntry], tcs: dict[str, Toolchain], shard:
                   catalog: Catalog | None) -> list[PlannedEntry]:
     """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
     ours = {tc.fingerprint.id for tc in tcs.values()}
-    keys = [e.spec.key for e in entries]
+    keys = [key_of(e.spec) for e in entries]
     if catalog is not None:
         costs = catalog.build_costs(keys, exclude_fingerprints=ours)
     else:
         costs = store_costs(store, set(keys), ours)
     mine = set(split(keys, shard.count, costs)[shard.index])
-    return [e for e in entries if e.spec.key in mine]
+    return [e for e in entries if key_of(e.spec) in mine]
 
 
 def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
@@ -344,14 +352,14 @@ class _Run:
         claimable = 0
         now = dt.datetime.now(dt.UTC)
         for fp_id, tc in self.by_fp.items():
-            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, e.spec.key) not in reported]
+            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, key_of(e.spec)) not in reported]
             if not group:
                 continue
-            states = self.catalog.job_states(fp_id, [e.spec.key for e in group])
+            states = self.catalog.job_states(fp_id, [key_of(e.spec) for e in group])
             for e in group:
-                job = states.get(e.spec.key)
+                job = states.get(key_of(e.spec))
                 if job is None or job.status == "pending":
-                    claimable += e.spec.key not in self.refused
+                    claimable += key_of(e.spec) not in self.refused
                 elif job.status == "done":
                     out.append(_outcome(e, tc, "present", detail=f"built by {job.worker}"))
                 elif job.status == "failed":
@@ -384,7 +392,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     settings = settings or RunSettings()
     entries = config.entries(backends, models)
     if only:
-        entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
+        entries = [e for e in entries if key_of(e.spec) in only or key_of(e.spec)[:12] in only]
     config.require_model_paths(models)
     tcs = toolchains(config, entries)
     workers = settings.workers if settings.workers is not None else config.build_workers
@@ -400,7 +408,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     if catalog is None:
         run.walk(todo, envs, workers)
         return report
-    run.plan = {(tcs[e.spec.backend].fingerprint.id, e.spec.key): e for e in todo}
+    run.plan = {(tcs[e.spec.backend].fingerprint.id, key_of(e.spec)): e for e in todo}
     catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
     catalog.requeue(run.plan)
     while True:
