@@ -150,7 +150,12 @@ def _save(pipe: Any, out: Path) -> Path:
 
 def make_flux2_klein(dest: Path) -> Path:
     import torch
-    from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
+    from diffusers import (
+        AutoencoderKLFlux2,
+        FlowMatchEulerDiscreteScheduler,
+        Flux2KleinPipeline,
+        Flux2Transformer2DModel,
+    )
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(SEED)
@@ -183,7 +188,12 @@ def make_flux1(dest: Path) -> Path:
 
 def make_sd3(dest: Path) -> Path:
     import torch
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
 
     torch.manual_seed(SEED)
     transformer = SD3Transformer2DModel(
@@ -192,7 +202,8 @@ def make_sd3(dest: Path) -> Path:
         pos_embed_max_size=16,
     )
     pipe: Any = StableDiffusion3Pipeline(
-        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(), vae=AutoencoderKL(**TINY_VAE, **FLUX_VAE_SCALING),
+        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=AutoencoderKL(**TINY_VAE, **FLUX_VAE_SCALING),
         text_encoder=clip_encoder(projection=True), tokenizer=clip_tokenizer(),
         text_encoder_2=clip_encoder(projection=True), tokenizer_2=clip_tokenizer(),
         text_encoder_3=t5_encoder(), tokenizer_3=t5_tokenizer(),
