@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -154,25 +153,14 @@ def main() -> None:
             print(f"filled SQLite with {args.entries} entries in {time.perf_counter() - t0:.1f}s")
         measure("SQLite", sqlite_url, env, tmp, config, args.repeats)
         if not args.no_postgres:
-            from tests.harness.postgres import PG_USER, _start, _stop
+            from tests.harness.postgres import running_postgres
 
-            root = Path(tempfile.mkdtemp(prefix="ck-pg-"))
-            try:
-                if os.geteuid() == 0:
-                    import pwd
-
-                    pw = pwd.getpwnam(PG_USER)
-                    os.chown(root, pw.pw_uid, pw.pw_gid)
-                server = _start(root)
+            with running_postgres() as server:
                 url = server.url()
                 t0 = time.perf_counter()
                 _fill_in_child(url, args.entries, config, env)
                 print(f"\nfilled Postgres with {args.entries} entries in {time.perf_counter() - t0:.1f}s")
                 measure("Postgres", url, env, tmp, config, args.repeats)
-            finally:
-                _stop(root)
-                shutil.rmtree(root, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

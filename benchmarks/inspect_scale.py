@@ -11,9 +11,9 @@ the first view under 1 s. Postgres is started from the test harness (Postgres 15
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
-import pwd
 import shutil
 import statistics
 import sys
@@ -129,15 +129,6 @@ def measure(url: str, fps: list[Fingerprint], repeats: int) -> dict[str, tuple[f
                 "explain lookup": timed(explain, repeats)}
 
 
-def start_postgres(root: Path) -> Any:
-    sys.path.insert(0, str(REPO))           # the test harness starts and stops the throwaway cluster
-    from tests.harness.postgres import PG_USER, _start
-    if os.geteuid() == 0:
-        pw = pwd.getpwnam(PG_USER)
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-    return _start(root)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fingerprints", type=int, default=10)
@@ -148,24 +139,20 @@ def main() -> None:
     fps = fingerprints(args.fingerprints)
     tmp = Path(tempfile.mkdtemp(prefix="ck-bench-inspect-"))
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
-    pg_root = None
-    try:
+    sys.path.insert(0, str(REPO))           # the test harness starts and stops the throwaway cluster
+    from tests.harness.postgres import running_postgres
+
+    with contextlib.ExitStack() as stack:
         urls = {"sqlite": f"sqlite:///{tmp / 'catalog.db'}"}
         if not args.no_postgres:
-            pg_root = Path(tempfile.mkdtemp(prefix="ck-pg-"))   # its own top-level dir: postgres must enter it
-            urls["postgres"] = start_postgres(pg_root).url()
+            urls["postgres"] = stack.enter_context(running_postgres()).url()
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         for name, url in urls.items():
             t0 = time.perf_counter()
             count = populate(url, fps, args.models)
             print(f"{name}: {count} entries over {len(fps)} toolchains loaded in {time.perf_counter() - t0:.1f}s",
                   file=sys.stderr)
             results[name] = measure(url, fps, args.repeats)
-    finally:
-        if pg_root is not None:
-            from tests.harness.postgres import _stop
-            _stop(pg_root)
-            shutil.rmtree(pg_root, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
     names = list(results)
     print(f"{'measure':<26}" + "".join(f"{n + ' cold':>14}{n + ' warm':>14}{n + ' cpu':>13}" for n in names)
           + ("   postgres/sqlite (warm)" if len(names) == 2 else ""))

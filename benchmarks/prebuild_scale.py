@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -143,16 +142,9 @@ def main() -> None:
             return
         import psycopg
 
-        from tests.harness.postgres import PG_USER, _start, _stop
+        from tests.harness.postgres import running_postgres
 
-        root = Path(tempfile.mkdtemp(prefix="ck-pg-"))
-        try:
-            if os.geteuid() == 0:
-                import pwd
-
-                pw = pwd.getpwnam(PG_USER)
-                os.chown(root, pw.pw_uid, pw.pw_gid)
-            server = _start(root)
+        with running_postgres() as server:
 
             def url_for(name: str) -> str:
                 with psycopg.connect(server.dsn(), autocommit=True) as admin:
@@ -160,10 +152,6 @@ def main() -> None:
                 return server.url(name)
 
             run_db("Postgres", url_for, args, tmp)
-        finally:
-            _stop(root)
-            shutil.rmtree(root, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

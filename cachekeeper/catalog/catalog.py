@@ -18,6 +18,7 @@ from ..errors import ManifestError, UsageError
 from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, Manifest
 from ..stores.base import Store
 from . import db, queue, rebuild
+from .listing import where_manifests
 from .models import Base, FingerprintModel, ManifestModel
 from .rows import CatalogRow, Claim, FingerprintRow, JobRow, RebuildReport
 
@@ -258,14 +259,8 @@ class Catalog:
 
 
 def find_query(fingerprint_id: str | None, backend: str | None, model: str | None, kind: str) -> Select[Any]:
-    query = select(M).where(M.kind == kind).order_by(M.fingerprint_id, M.backend, M.model, M.name)
-    if fingerprint_id is not None:
-        query = query.where(M.fingerprint_id == fingerprint_id)
-    if backend is not None:
-        query = query.where(M.backend == backend)
-    if model is not None:
-        query = query.where(M.model == model)
-    return query
+    return where_manifests(select(M), fingerprint_id, backend, model, kind).order_by(
+        M.fingerprint_id, M.backend, M.model, M.name)
 
 
 def lookup_query(fingerprint_id: str, names: list[str]) -> Select[Any]:

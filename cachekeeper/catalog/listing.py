@@ -25,11 +25,10 @@ TEXT_COLUMNS = ("fingerprint_id", "name", "backend", "model", "component", "mode
                 "dtype", "total_size", "file_count")
 
 
-def _filtered(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
-              kind: str) -> Select[Any]:
-    # By toolchain, then entry key: the order of the (fingerprint_id, name) unique index, so the database
-    # streams rows without sorting 100k of them first.
-    query = query.where(M.kind == kind).order_by(M.fingerprint_id, M.name)
+def where_manifests(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
+                    kind: str) -> Select[Any]:
+    """The filters `ls` and `Catalog.find` share: one kind, optionally one toolchain, backend and model."""
+    query = query.where(M.kind == kind)
     if fingerprint_id is not None:
         query = query.where(M.fingerprint_id == fingerprint_id)
     if backend is not None:
@@ -37,6 +36,13 @@ def _filtered(query: Select[Any], fingerprint_id: str | None, backend: str | Non
     if model is not None:
         query = query.where(M.model == model)
     return query
+
+
+def _filtered(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
+              kind: str) -> Select[Any]:
+    # By toolchain, then entry key: the order of the (fingerprint_id, name) unique index, so the database
+    # streams rows without sorting 100k of them first.
+    return where_manifests(query, fingerprint_id, backend, model, kind).order_by(M.fingerprint_id, M.name)
 
 
 def text_query(fingerprint_id: str | None, backend: str | None, model: str | None, kind: str) -> Select[Any]:

@@ -89,21 +89,28 @@ def _log_tail(root: Path) -> str:
         return "(no log)"
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    if not (PG_BIN / "pg_ctl").exists():
-        pytest.fail(f"Postgres 15 binaries not found in {PG_BIN}; install them with `apt-get install postgresql`"
-                    " (or set CACHEKEEPER_PG_BIN)", pytrace=False)
+@contextlib.contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    """A throwaway cluster in its own top-level temp dir (the postgres user must be able to enter it),
+    stopped and deleted on exit. The session fixture and the benchmarks share it."""
     root = Path(tempfile.mkdtemp(prefix="ck-pg-"))
     try:
         if os.geteuid() == 0:
             pw = pwd.getpwnam(PG_USER)
             os.chown(root, pw.pw_uid, pw.pw_gid)
-        server = _start(root)
-        yield server
+        yield _start(root)
     finally:
         _stop(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    if not (PG_BIN / "pg_ctl").exists():
+        pytest.fail(f"Postgres 15 binaries not found in {PG_BIN}; install them with `apt-get install postgresql`"
+                    " (or set CACHEKEEPER_PG_BIN)", pytrace=False)
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture
