@@ -20,6 +20,23 @@ ENABLE = {"CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend"}
 REPO = Path(__file__).resolve().parents[1]
 
 
+def fake_config(model_dir: Path, *, heights: str = "64, 128", build: str = "",
+                models: tuple[tuple[str, str], ...] = (("tiny", "transformer"),)) -> str:
+    """A config of the fake backend: `models` are (name, component) pairs, all loaded from `model_dir`."""
+    listed = "".join(f"  - name: {name}\n    path: {model_dir}\n    component: {component}\n"
+                     for name, component in models)
+    return f"""
+version: 1
+{build}
+defaults:
+  backends: [fake]
+  modes: [full]
+  dtypes: [float32]
+  shapes: {{height: [{heights}], width: [64], batch: [1]}}
+models:
+{listed}"""
+
+
 class FakeBackend(Backend):
     name = "fake"
     env_var = "FAKE_CACHE_DIR"

@@ -15,26 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import ENABLE
+from tests.fakes import ENABLE, fake_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def config_text(model_dir: Path, **extra: str) -> str:
-    build = extra.get("build", "")
-    return f"""
-version: 1
-{build}
-defaults:
-  backends: [fake]
-  modes: [full]
-  dtypes: [float32]
-  shapes: {{height: [64, 128], width: [64], batch: [1]}}
-models:
-  - name: tiny
-    path: {model_dir}
-    component: transformer
-"""
+    return fake_config(model_dir, build=extra.get("build", ""))
 
 
 class Env:

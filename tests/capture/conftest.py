@@ -17,23 +17,9 @@ import pytest
 from cachekeeper.config import load_config
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
-from tests.fakes import ENABLE, FakeBackend
+from tests.fakes import ENABLE, FakeBackend, fake_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-CONFIG = """
-version: 1
-defaults:
-  backends: [fake]
-  modes: [full]
-  dtypes: [float32]
-  shapes: {{height: [64], width: [64], batch: [1]}}
-models:
-  - name: tiny
-    path: {model}
-    component: transformer
-"""
-
 
 class World:
     """One store, one config, one prebuilt entry; `run` is the `cachekeeper` command of a host."""
@@ -42,7 +28,7 @@ class World:
         self.tmp = tmp
         (tmp / "model").mkdir()
         self.config = tmp / "ck.yaml"
-        self.config.write_text(CONFIG.format(model=tmp / "model"))
+        self.config.write_text(fake_config(tmp / "model", heights="64"))
         self.store_dir = tmp / "store"
         self.store_dir.mkdir()
         self.store_url = f"file://{self.store_dir}"

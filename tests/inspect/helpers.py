@@ -13,34 +13,17 @@ from cachekeeper.fingerprint import Fingerprint
 from cachekeeper.manifest import KIND_CAPTURED, KIND_ENTRY, BlobRecord, FileRecord, Manifest, blob_key
 from cachekeeper.spec import EntrySpec
 from cachekeeper.stores.base import Store
-from tests.fakes import ENABLE
+from tests.fakes import ENABLE, fake_config
 
 # The fake backend's fingerprint is {"toolchain": $FAKE_TOOLCHAIN (default "1")} plus its options.
 HOST = Fingerprint.of("fake", {"toolchain": "1"})
 OTHER = Fingerprint.of("fake", {"toolchain": "2"})
 THIRD = Fingerprint.of("fake", {"toolchain": "3", "omp_threads": "8"})
 
-CONFIG = """
-version: 1
-defaults:
-  backends: [fake]
-  modes: [full]
-  dtypes: [float32]
-  shapes: {{height: [64, 128], width: [64], batch: [1]}}
-models:
-  - name: tiny
-    path: {model}
-    component: transformer
-  - name: small
-    path: {model}
-    component: unet
-"""
-
-
 def write_config(tmp: Path) -> Path:
     (tmp / "model").mkdir(exist_ok=True)
     path = tmp / "ck.yaml"
-    path.write_text(CONFIG.format(model=tmp / "model"))
+    path.write_text(fake_config(tmp / "model", models=(("tiny", "transformer"), ("small", "unet"))))
     return path
 
 
