@@ -14,11 +14,17 @@ class CachekeeperError(Exception):
     exit_code = 1
     hint = ""
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, *, key: str | None = None,
+                 url: str | None = None, path: str | None = None, fingerprint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if hint is not None:
             self.hint = hint
+        # The subject, as data: callers read these, never the message text.
+        self.key = key                  # an entry key or an object key in a store
+        self.url = url                  # a store or catalog URL
+        self.path = path                # a local path
+        self.fingerprint = fingerprint  # a toolchain fingerprint id
 
     def __str__(self) -> str:
         return self.message

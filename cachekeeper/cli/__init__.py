@@ -30,7 +30,7 @@ def cli() -> None:
 def _register() -> None:
     import contextlib
 
-    from . import build, commands  # noqa: F401  (core commands attach themselves to `cli`)
+    from . import build, commands, store_admin  # noqa: F401  (core commands attach themselves to `cli`)
 
     # Command groups in their own modules; each imports its heavy libraries lazily.
     from .db import catalog, db

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config, PlannedEntry
     from ..fingerprint import Fingerprint
-    from ..gc import GcPlan
     from ..signing import PublicKey
     from ..stores.base import Store
 
@@ -295,30 +294,6 @@ def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, capt
 
 
 @cli.command()
-@click.argument("key")
-@store_option
-@catalog_option
-@click.option("--json", "as_json", is_flag=True, help="the manifest on one line (default: indented JSON)")
-def show(key: str, store_url: str | None, catalog_url: str | None, as_json: bool) -> None:
-    """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
-    from ..errors import UsageError
-    from ..manifest import Manifest
-
-    store = _store(store_url, None)
-    if key.startswith("manifests/"):
-        keys = [key]
-    else:
-        keys = [k for k in store.list("manifests/") if k.rsplit("/", 1)[-1].startswith(key)]
-    if len(keys) != 1:
-        raise UsageError(f"{len(keys)} manifests match {key!r}", "give a longer key prefix or the manifest path")
-    m = Manifest.from_bytes(store.get_bytes(keys[0]), source=keys[0])
-    doc = m.to_dict()
-    doc["digest"] = m.digest
-    doc["key"] = keys[0]
-    click.echo(json.dumps(doc, sort_keys=True) if as_json else json.dumps(doc, indent=2, sort_keys=True))
-
-
-@cli.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--backend")
 @click.option("--device")
@@ -366,86 +341,6 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
          + (f", {sum(captured.values())} captured sets" if any(captured.values()) else ""))
     if missing:
         sys.exit(1)
-
-
-@cli.command()
-@store_option
-@click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
-@click.option("--repair", is_flag=True, help="delete bad blobs and the manifests naming them, for prebuild to redo")
-@json_option
-def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
-    """Check that every manifest's blobs exist (and with --deep, match their digests)."""
-    from ..gc import read_manifests
-    from ..verify import repair as repair_store
-    from ..verify import verify_store
-
-    store = _store(store_url, None)
-    manifests = read_manifests(store)
-    problems = list(verify_store(store, manifests, deep=deep))
-    if as_json:
-        click.echo(json.dumps({"manifests": len(manifests), "problems": [p.__dict__ for p in problems]}))
-    for p in problems:
-        click.echo(f"BAD  {p.key}: {p.what}")
-    _say(f"verify: {len(manifests)} manifests, {len(problems)} problems")
-    if problems and repair:
-        for key in repair_store(store, problems):
-            click.echo(f"removed  {key}")
-        _say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
-             "(and `cachekeeper catalog rebuild` drops their rows)")
-    if problems:
-        sys.exit(1)
-
-
-@cli.command()
-@store_option
-@click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
-@click.option("--min-age", default=3600.0, show_default=True, metavar="SECONDS",
-              help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
-@click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
-    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
-    from ..gc import plan_gc, read_manifests, run_gc
-
-    store = _store(store_url, None)
-    plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(drop), store.list_info("signatures/"),
-                   min_age=min_age, debris=store.list_debris())
-    (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
-    for key in plan.unreadable:
-        _say(f"warning: unreadable manifest kept: {key}")
-    if execute:
-        run_gc(store, plan)
-    _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
-         f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
-         f"{plan.young} unreferenced objects younger than {min_age:.0f}s kept")
-    _say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
-         f"{'removed' if execute else 'to remove'}, {plan.young_debris} younger than {min_age:.0f}s kept"
-         + (f"; {store.debris_note}" if store.debris_note else ""))
-    if as_json:
-        click.echo(json.dumps({"summary": {
-            "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),
-            "blobs": len(plan.delete_blobs), "debris": len(plan.delete_debris), "kept_blobs": plan.keep_blobs,
-            "young": plan.young, "young_debris": plan.young_debris, "unreadable": list(plan.unreadable)}}))
-
-
-def _gc_text_lines(plan: GcPlan, execute: bool) -> None:
-    for key in plan.delete_manifests + plan.delete_signatures + plan.delete_blobs:
-        click.echo(f"{'delete' if execute else 'would delete'}  {key}")
-    for item in plan.delete_debris:
-        verb = ("abort" if execute else "would abort") if item.kind == "multipart" else \
-            ("delete" if execute else "would delete")
-        click.echo(f"{verb}  {item.key}" + (f"  (unfinished upload {item.upload_id})" if item.upload_id else ""))
-
-
-def _gc_json_lines(plan: GcPlan, execute: bool) -> None:
-    """gc's listing as JSON lines, streamed: a store-wide plan can name millions of blobs."""
-    for kind, keys in (("manifest", plan.delete_manifests), ("signature", plan.delete_signatures),
-                       ("blob", plan.delete_blobs)):
-        for key in keys:
-            click.echo(json.dumps({"action": "delete", "run": execute, "kind": kind, "key": key}))
-    for item in plan.delete_debris:
-        click.echo(json.dumps({"action": "abort" if item.kind == "multipart" else "delete", "run": execute,
-                               "kind": f"debris:{item.kind}", "key": item.key, "upload_id": item.upload_id}))
 
 
 @cli.command()
