@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .backends.base import ModelRef
 from .errors import BuildFailed
-from .spec import EntrySpec
+from .spec import EntrySpec, ModelRef
 
 WARMUP_PROMPT = "warmup"
 WARMUP_STEPS = 2          # a second step runs the scheduler's step path with a non-initial sigma

@@ -3,7 +3,7 @@
 An entry names the model, component, backend, compile mode, shape and dtype (plus backend options that
 change the compiled graph, such as the tensor-parallel degree). Its key is the digest of its canonical
 form. The toolchain that compiled it is a separate dimension (`fingerprint.py`): the full address of an
-artifact set is (fingerprint id, entry key).
+artifact set is (fingerprint id, entry key). `ModelRef` says where a build loads the entry's model from.
 """
 
 from __future__ import annotations
@@ -85,3 +85,24 @@ class EntrySpec:
     def label(self) -> str:
         opts = "".join(f",{k}={v}" for k, v in self.options)
         return f"{self.model}/{self.component} {self.backend}:{self.mode} {self.shape.label()} {self.dtype}{opts}"
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Where the worker loads a model from (the entry's identity is EntrySpec.model/revision)."""
+
+    name: str
+    component: str
+    path: str | None = None          # local diffusers folder (save_pretrained layout)
+    hub: str | None = None           # hub repo id, used with revision
+    revision: str = ""
+    inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
+    pipeline: bool = False           # warm up the whole pipeline instead of the component
+    tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
+    guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
+    warmup: str = ""                 # "pipeline" | "component"; "" = by mode (spec.default_warmup)
+    max_sequence_length: int = 0     # the prompt padding length of the pipeline call; 0 = the pipeline's default
+    offload: str = ""                # "model" | "sequential" CPU offload of a pipeline warm-up; "" = on the device
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)

@@ -19,9 +19,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .backends.base import ModelRef
 from .errors import BuildFailed
-from .spec import Shape
+from .spec import ModelRef, Shape
 
 VAE_SCALE_FACTOR = 8          # SD/SDXL/Flux VAEs downsample by 8
 FLUX_TEXT_LEN = 512           # FluxPipeline's default max_sequence_length (T5 prompt padded to it)

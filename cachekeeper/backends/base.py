@@ -17,33 +17,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..fingerprint import Fingerprint
-from ..spec import EntrySpec
+from ..spec import EntrySpec, ModelRef
 
 CACHE_ROOT = "cache"  # the root the backend's env var points at; every backend has it
 
-
-@dataclass(frozen=True)
-class ModelRef:
-    """Where the worker loads a model from (the entry's identity is EntrySpec.model/revision)."""
-
-    name: str
-    component: str
-    path: str | None = None          # local diffusers folder (save_pretrained layout)
-    hub: str | None = None           # hub repo id, used with revision
-    revision: str = ""
-    inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
-    pipeline: bool = False           # warm up the whole pipeline instead of the component
-    tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
-    guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
-    warmup: str = ""                 # "pipeline" | "component"; "" = by mode (spec.default_warmup)
-    max_sequence_length: int = 0     # the prompt padding length of the pipeline call; 0 = the pipeline's default
-    offload: str = ""                # "model" | "sequential" CPU offload of a pipeline warm-up; "" = on the device
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+# ModelRef lives with the other specs (spec.py); plugins import it from here, so it stays re-exported.
+__all__ = ["CACHE_ROOT", "Backend", "BuildCommand", "BuildJob", "ModelRef"]
 
 
 @dataclass(frozen=True)
