@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlparse
 
-from ..errors import UsageError
 from .base import Store
+from .url import StoreURL, parse_store_url
 
-__all__ = ["Store", "default_home", "default_store_url", "open_store"]
+__all__ = ["Store", "StoreURL", "default_home", "default_store_url", "open_store", "parse_store_url"]
 
 
 def default_home() -> Path:
@@ -21,17 +20,13 @@ def default_store_url() -> str:
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    """`file:///abs/path` or a plain path, `s3://bucket/prefix`, `gs://bucket/prefix`."""
-    url = url or default_store_url()
-    parsed = urlparse(url)
-    if parsed.scheme in ("", "file"):
-        from .file import FileStore
-        path = parsed.path if parsed.scheme == "file" else url
-        return FileStore(Path(path), create=create)
-    if parsed.scheme == "s3":
+    """`file:///abs/path` or a plain path, `s3://bucket/prefix`, `gs://bucket/prefix` (see stores/url.py)."""
+    where = parse_store_url(url or default_store_url())
+    if where.scheme == "s3":
         from .s3 import S3Store
-        return S3Store(parsed.netloc, parsed.path.strip("/"))
-    if parsed.scheme == "gs":
+        return S3Store(where.bucket, where.path)
+    if where.scheme == "gs":
         from .gcs import GCSStore
-        return GCSStore(parsed.netloc, parsed.path.strip("/"))
-    raise UsageError(f"unsupported store URL {url!r}", "use file:///path, s3://bucket/prefix or gs://bucket/prefix")
+        return GCSStore(where.bucket, where.path)
+    from .file import FileStore
+    return FileStore(Path(where.path), create=create)

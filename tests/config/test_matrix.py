@@ -84,8 +84,16 @@ def test_model_settings_are_passed_to_the_model_ref() -> None:
     (entry,) = parse(minimal("    component: unet\n    inputs: my_pkg.warm:inputs\n    pipeline: true\n"
                              "    revision: v2\n")).entries()
     assert entry.model == ModelRef(name="m", component="unet", path="/cfgdir/m", revision="v2",
-                                   inputs="my_pkg.warm:inputs", pipeline=True)
+                                   inputs="my_pkg.warm:inputs", pipeline=True, warmup="pipeline")
     assert (entry.spec.component, entry.spec.revision) == ("unet", "v2")
+
+
+def test_pipeline_true_is_warmup_pipeline_with_the_same_keys() -> None:
+    old_spelling = parse(minimal("    pipeline: true\n")).entries()
+    new_spelling = parse(minimal("    warmup: pipeline\n")).entries()
+    assert [e.spec.key for e in old_spelling] == [e.spec.key for e in new_spelling]
+    assert dict(old_spelling[0].spec.options)["warmup"] == "pipeline"
+    assert old_spelling[0].model.warmup == "pipeline"
 
 
 def test_per_model_values_replace_the_defaults() -> None:
