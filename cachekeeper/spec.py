@@ -97,7 +97,7 @@ class ModelRef:
     hub: str | None = None           # hub repo id, used with revision
     revision: str = ""
     inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
-    pipeline: bool = False           # warm up the whole pipeline instead of the component
+    pipeline: bool = False           # deprecated spelling of warmup="pipeline"; the config folds it into warmup
     tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
     guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
     warmup: str = ""                 # "pipeline" | "component"; "" = by mode (spec.default_warmup)

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backends import mode_key_options
-from ..backends.base import ModelRef
 from ..errors import ConfigError
-from ..spec import EntrySpec, Shape, default_warmup, warmup_options
+from ..spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
 
 
 @dataclass(frozen=True)

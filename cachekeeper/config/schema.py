@@ -16,9 +16,8 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import modes_for, registry
-from ..backends.base import ModelRef
 from ..errors import ConfigError, UsageError
-from ..spec import OFFLOADS, WARMUPS, Shape
+from ..spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.url import local_path, parse_store_url
 from .model import Config, ModelMatrix
 from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
