@@ -181,7 +181,8 @@ def resolve_builder(kind: str, model: Any) -> Builder:
     try:
         builder: Builder = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
-        raise BuildFailed(f"cannot load inputs builder {kind!r}: {exc}") from None
+        raise BuildFailed(f"cannot load inputs builder {kind!r}: {exc}",
+                          "set `inputs:` to module:function naming an importable module and its function") from None
     return builder
 
 

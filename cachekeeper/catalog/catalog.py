@@ -100,7 +100,7 @@ class Catalog:
         """Index a published manifest. Idempotent by digest; a new digest for the same key replaces the old."""
         reason = rebuild.problem(manifest)
         if reason:
-            raise ManifestError(f"{manifest.key}: {reason}")
+            raise ManifestError(f"{manifest.key}: {reason}", key=manifest.key)
         with self._write() as conn:
             _record(conn, manifest, store_url)
 

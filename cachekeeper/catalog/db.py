@@ -51,12 +51,12 @@ def parse_url(url: str) -> URL:
         parsed = make_url(url)
     except ArgumentError:
         raise CatalogError(f"invalid catalog URL {url!r}",
-                           "use sqlite:///path/catalog.db or postgresql+psycopg://user@host/db") from None
+                           "use sqlite:///path/catalog.db or postgresql+psycopg://user@host/db", url=url) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise CatalogError(f"unsupported catalog database {mask(parsed)}",
-                           "use sqlite:///path/catalog.db or postgresql+psycopg://user@host/db")
+                           "use sqlite:///path/catalog.db or postgresql+psycopg://user@host/db", url=mask(parsed))
     return parsed
 
 
@@ -72,8 +72,8 @@ def _first_line(exc: BaseException) -> str:
 
 def translate(exc: SQLAlchemyError, url: str) -> CatalogError:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return CatalogUnreachable(f"lost connection to catalog {url}: {_first_line(exc)}")
-    return CatalogError(f"catalog {url}: {_first_line(exc)}")
+        return CatalogUnreachable(f"lost connection to catalog {url}: {_first_line(exc)}", url=url)
+    return CatalogError(f"catalog {url}: {_first_line(exc)}", url=url)
 
 
 @contextlib.contextmanager
@@ -100,7 +100,8 @@ def _sqlite_engine(url: URL) -> Engine:
         try:
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CatalogUnreachable(f"cannot create catalog directory for {mask(url)}: {exc.strerror}") from None
+            raise CatalogUnreachable(f"cannot create catalog directory for {mask(url)}: {exc.strerror}",
+                                     url=mask(url), path=str(Path(url.database).parent)) from None
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     # pysqlite's own transaction handling defers BEGIN and cannot do BEGIN IMMEDIATE; take it over
@@ -127,7 +128,7 @@ def connect(engine: Engine, url: str) -> Connection:
     try:
         return engine.connect()
     except DBAPIError as exc:
-        raise CatalogUnreachable(f"cannot connect to catalog {url}: {_first_line(exc)}") from exc
+        raise CatalogUnreachable(f"cannot connect to catalog {url}: {_first_line(exc)}", url=url) from exc
     except SQLAlchemyError as exc:
         raise translate(exc, url) from exc
 
@@ -142,7 +143,7 @@ def migrations_dir() -> Path:
     except ModuleNotFoundError:
         path = Path(__file__).resolve().parents[2] / "migrations"
     if not (path / "env.py").is_file():
-        raise CatalogError(f"catalog migrations not found at {path}", "reinstall cachekeeper")
+        raise CatalogError(f"catalog migrations not found at {path}", "reinstall cachekeeper", path=str(path))
     return path
 
 
@@ -224,10 +225,10 @@ def check_revision(conn: Connection, url: str) -> str | None:
     rev = current(conn)
     if rev is not None and not known(rev):
         raise CatalogError(f"catalog {url} is at revision {rev}, unknown to this cachekeeper",
-                           "upgrade cachekeeper; the catalog was migrated by a newer release")
+                           "upgrade cachekeeper; the catalog was migrated by a newer release", url=url)
     return rev
 
 
 def require_head(rev: str | None, url: str) -> None:
     if rev != head():
-        raise CatalogNotMigrated(f"catalog {url} is at revision {rev or 'none'}, expected {head()}")
+        raise CatalogNotMigrated(f"catalog {url} is at revision {rev or 'none'}, expected {head()}", url=url)

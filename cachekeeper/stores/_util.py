@@ -13,7 +13,7 @@ from ..errors import StoreNotFound
 def bucket_location(scheme: str, bucket: str, prefix: str) -> tuple[str, str]:
     """The prefix without its slashes and the store's URL, for `scheme://bucket/prefix`."""
     if not bucket:
-        raise StoreNotFound(f"{scheme}:// URL names no bucket", f"use {scheme}://bucket/prefix")
+        raise StoreNotFound(f"{scheme}:// URL names no bucket", f"use {scheme}://bucket/prefix", url=f"{scheme}://")
     prefix = prefix.strip("/")
     return prefix, f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
 

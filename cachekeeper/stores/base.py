@@ -3,7 +3,7 @@
 Objects are immutable: `put` never replaces an existing key (S3 `IfNoneMatch='*'`, GCS
 `if_generation_match=0`, exclusive create locally) and says whether it wrote. Keys are POSIX-style
 relative paths validated by `check_key`. Stores raise only `cachekeeper.errors` classes, so the CLI can
-print one line; `tests/stores/conformance.py` is the suite every store passes.
+print one line; `cachekeeper.testing.stores.StoreConformance` is the suite every store passes.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def check_key(key: str) -> str:
     try:
         safe_relpath(key)
     except UnsafePath:
-        raise UnsafePath(f"invalid object key {key!r}") from None
+        raise UnsafePath(f"invalid object key {key!r}", key=key) from None
     return key
 
 

@@ -45,9 +45,10 @@ class FileStore(Store):
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise StoreError(f"cannot create store directory {self.root}: {exc.strerror}") from None
+                raise StoreError(f"cannot create store directory {self.root}: {exc.strerror}", url=self.url,
+                                 path=str(self.root)) from None
         elif not self.root.is_dir():
-            raise StoreNotFound(f"store directory {self.root} does not exist")
+            raise StoreNotFound(f"store directory {self.root} does not exist", url=self.url, path=str(self.root))
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
@@ -76,7 +77,7 @@ class FileStore(Store):
         try:
             return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         try:
@@ -84,7 +85,7 @@ class FileStore(Store):
                 f.seek(start)
                 return f.read(length)
         except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
 
     def download(self, key: str, out: BinaryIO) -> int:
         try:
@@ -95,16 +96,16 @@ class FileStore(Store):
                     n += len(chunk)
                 return n
         except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
 
     def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
                    connect_timeout: float) -> Body:
         try:
             f = open(self._path(key), "rb")  # noqa: SIM115 - closed by the body
         except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found") from None
+            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
         except OSError as exc:
-            raise StoreError(f"{self.url}/{key}: {exc.strerror}") from None
+            raise StoreError(f"{self.url}/{key}: {exc.strerror}", key=key, url=self.url) from None
         return _FileBody(f, start, end)
 
     def size(self, key: str) -> int | None:
@@ -158,10 +159,11 @@ class FileStore(Store):
 
     def delete_debris(self, item: Debris) -> None:
         if not item.key.endswith(TMP_SUFFIX):
-            raise StoreError(f"{self.url}/{item.key} is not a temp file; refusing to delete it as debris")
+            raise StoreError(f"{self.url}/{item.key} is not a temp file; refusing to delete it as debris",
+                             key=item.key, url=self.url)
         with contextlib.suppress(FileNotFoundError):
             self._path(item.key).unlink()
 
     def check(self) -> None:
         if not self.root.is_dir():
-            raise StoreNotFound(f"store directory {self.root} does not exist")
+            raise StoreNotFound(f"store directory {self.root} does not exist", url=self.url, path=str(self.root))

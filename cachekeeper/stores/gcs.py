@@ -125,21 +125,24 @@ class GCSStore(Store):
         return f"{self.url}/{key}" if key else self.url
 
     def _not_found(self) -> StoreNotFound:
-        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})")
+        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})", url=self.url)
 
     def _raise(self, exc: BaseException, key: str | None) -> NoReturn:
         where = self._where(key)
+        subject = {"key": key, "url": self.url}
         if isinstance(exc, api_exceptions.RetryError) and exc.cause is not None:
             self._raise(exc.cause, key)
         if isinstance(exc, auth_exceptions.DefaultCredentialsError):
-            raise StoreAuthError(f"{where}: no Google credentials found (Application Default Credentials)") from None
+            raise StoreAuthError(f"{where}: no Google credentials found (Application Default Credentials)",
+                                 **subject) from None
         if isinstance(exc, auth_exceptions.RefreshError | api_exceptions.Unauthorized | api_exceptions.Forbidden):
-            raise StoreAuthError(f"{where}: access denied ({type(exc).__name__})") from None
+            raise StoreAuthError(f"{where}: access denied ({type(exc).__name__})", **subject) from None
         if isinstance(exc, _NETWORK_ERRORS):
-            raise StoreUnreachable(f"{where}: cannot reach the GCS endpoint ({type(exc).__name__})") from None
-        if isinstance(exc, api_exceptions.GoogleAPICallError):
-            raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0]) from None
-        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+            raise StoreUnreachable(f"{where}: cannot reach the GCS endpoint ({type(exc).__name__})",
+                                   **subject) from None
+        if isinstance(exc, api_exceptions.GoogleAPICallError):  # its `.message` is Google's text, shown as is
+            raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0], **subject) from None
+        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
 
     @contextlib.contextmanager
     def _errors(self, key: str | None = None) -> Iterator[None]:
@@ -173,7 +176,7 @@ class GCSStore(Store):
     def _missing(self, key: str) -> NoReturn:
         if not self._bucket_exists():
             raise self._not_found()
-        raise ObjectNotFound(f"{self._where(key)} not found")
+        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     # --- Store API -------------------------------------------------------------------------------
 
@@ -261,29 +264,25 @@ class GCSStore(Store):
                 return None
         return None if blob.size is None else int(blob.size)
 
-    def list(self, prefix: str = "") -> Iterator[str]:
+    def _list_blobs(self, prefix: str, fields: str) -> Iterator[tuple[str, storage.Blob]]:
+        """(key, blob) for each object under `prefix`, GCS sending only `fields` of each (less to parse)."""
         base = f"{self.prefix}/" if self.prefix else ""
         with self._errors():
             try:
                 blobs = self._client().list_blobs(self.bucket_name, prefix=base + prefix,
-                                                  fields="items(name),nextPageToken",
+                                                  fields=f"items({fields}),nextPageToken",
                                                   timeout=TIMEOUT, retry=RETRY)
                 for blob in blobs:
-                    yield str(blob.name)[len(base):]
+                    yield str(blob.name)[len(base):], blob
             except api_exceptions.NotFound:
                 raise self._not_found() from None
 
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return (key for key, _ in self._list_blobs(prefix, "name"))
+
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        base = f"{self.prefix}/" if self.prefix else ""
-        with self._errors():
-            try:
-                blobs = self._client().list_blobs(self.bucket_name, prefix=base + prefix,
-                                                  fields="items(name,size,updated),nextPageToken",
-                                                  timeout=TIMEOUT, retry=RETRY)
-                for blob in blobs:
-                    yield ObjectInfo(str(blob.name)[len(base):], int(blob.size or 0), blob.updated.timestamp())
-            except api_exceptions.NotFound:
-                raise self._not_found() from None
+        return (ObjectInfo(key, int(blob.size or 0), blob.updated.timestamp())
+                for key, blob in self._list_blobs(prefix, "name,size,updated"))
 
     def delete(self, key: str) -> None:
         blob = self._blob(key)

@@ -29,7 +29,7 @@ class MemoryStore(Store):
         try:
             return self.objects[check_key(key)]
         except KeyError:
-            raise ObjectNotFound(f"memory://{key} not found") from None
+            raise ObjectNotFound(f"memory://{key} not found", key=key, url=self.url) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         return self.get_bytes(key)[start:start + length]

@@ -135,18 +135,22 @@ class S3Store(Store):
 
     def _raise(self, exc: Exception, key: str | None = None) -> NoReturn:
         where = self._where(key)
+        subject = {"key": key, "url": self.url}
         if isinstance(exc, _CREDENTIAL_ERRORS):
-            raise StoreAuthError(f"{where}: no usable AWS credentials ({exc})") from None
+            raise StoreAuthError(f"{where}: no usable AWS credentials ({exc})", **subject) from None
         if isinstance(exc, BotoConnectionError | HTTPClientError | IncompleteReadError):  # refused, timeout, reset
-            raise StoreUnreachable(f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})") from None
+            raise StoreUnreachable(f"{where}: cannot reach the S3 endpoint ({type(exc).__name__})", **subject) from None
         if isinstance(exc, ClientError):
             code, status = _code(exc), _status(exc)
             if code in _AUTH_CODES or status == 403:
-                raise StoreAuthError(f"{where}: access denied ({code or status})") from None
+                raise StoreAuthError(f"{where}: access denied ({code or status})", **subject) from None
             if code == "NoSuchBucket":
-                raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})") from None
-            raise StoreError(f"{where}: S3 error {code or status}") from None
-        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+                raise self._not_found() from None
+            raise StoreError(f"{where}: S3 error {code or status}", **subject) from None
+        raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
+
+    def _not_found(self) -> StoreNotFound:
+        return StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})", url=self.url)
 
     @contextlib.contextmanager
     def _errors(self, key: str | None = None) -> Iterator[None]:
@@ -175,8 +179,8 @@ class S3Store(Store):
         with self._errors(key):
             exists = self._bucket_exists()
         if not exists:
-            raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})")
-        raise ObjectNotFound(f"{self._where(key)} not found")
+            raise self._not_found()
+        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     def _head(self, key: str) -> int | None:
         k = self._key(key)
@@ -210,7 +214,7 @@ class S3Store(Store):
                 if self._head(key) is not None:
                     return False
                 time.sleep(delay)
-        raise StoreError(f"{self._where(key)}: conditional writes kept conflicting")
+        raise StoreError(f"{self._where(key)}: conditional writes kept conflicting", key=key, url=self.url)
 
     # --- Store API -------------------------------------------------------------------------------
 
@@ -328,16 +332,12 @@ class S3Store(Store):
         if n is None and not self._bucket_seen:
             with self._errors(key):
                 if not self._bucket_exists():
-                    raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})")
+                    raise self._not_found()
         return n
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        base = f"{self.prefix}/" if self.prefix else ""
-        paginator = self._client().get_paginator("list_objects_v2")
-        with self._errors():
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
-                for obj in page.get("Contents", ()):
-                    yield str(obj["Key"])[len(base):]
+        # ListObjectsV2 returns sizes and times whether asked or not: one listing serves both.
+        return (info.key for info in self.list_info(prefix))
 
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = f"{self.prefix}/" if self.prefix else ""
@@ -380,7 +380,7 @@ class S3Store(Store):
                 self._client().head_bucket(Bucket=self.bucket)
             except ClientError as exc:
                 if _is_not_found(exc):
-                    raise StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})") from None
+                    raise self._not_found() from None
                 raise
         self._bucket_seen = True
 

@@ -1,0 +1,89 @@
+"""The CLI's one table of next steps: error class -> the `hint:` line printed under its `error:` line.
+
+huggingface_hub's pattern: the library raises classes with their subject as fields, and the CLI, which
+knows its own commands and flags, says what to do next. A class without a row inherits its nearest
+base's (the MRO is walked). A raise site's own `hint=` (a next step only it knows) wins over the table.
+Every flag or command named here exists (tests/test_hints.py walks the click tree to prove it).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from .. import errors as e
+
+
+@dataclass(frozen=True)
+class Hint:
+    text: str            # names no field, so it always prints
+    subject: str = ""    # the same step naming the error's fields ({url}, {path}, {key}, {fingerprint})
+
+    def render(self, fields: dict[str, str]) -> str:
+        """`subject` filled from `fields` when it names only fields that are set, else `text`."""
+        names = {name for _, name, _, _ in string.Formatter().parse(self.subject) if name}
+        if self.subject and names <= fields.keys():
+            return self.subject.format_map(fields)
+        return self.text
+
+
+HINTS: dict[type[e.CachekeeperError], Hint] = {
+    # input
+    e.UsageError: Hint("run the command with --help"),
+    e.ConfigError: Hint("fix the config file; `cachekeeper validate CONFIG` checks it without building",
+                        "fix {path}; `cachekeeper validate {path}` checks it without building"),
+    # storage
+    e.StoreError: Hint("check the store URL (--store or CACHEKEEPER_STORE) and that it is reachable"),
+    e.StoreNotFound: Hint("create the bucket/directory first, or point --store at an existing one",
+                          "create {url} first, or point --store at an existing store"),
+    e.StoreAuthError: Hint("check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE, GOOGLE_APPLICATION_CREDENTIALS)"),
+    e.StoreWriteDenied: Hint("grant this host write access to the store (blobs/, signatures/, manifests/)"),
+    e.StoreUnreachable: Hint("check the endpoint (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST) and the network"),
+    e.StoreRetryable: Hint("the store kept failing mid-transfer; check its health, or rerun (hydrate resumes)"),
+    e.ObjectNotFound: Hint("the store lacks an object the index names; run `cachekeeper verify` or rebuild the entry"),
+    e.UnsafePath: Hint("the manifest or archive is hostile or corrupt; do not use this store until it is inspected"),
+    e.IntegrityError: Hint("a stored object does not match its digest; run `cachekeeper verify` and rebuild the entry"),
+    e.ManifestError: Hint("the manifest is unreadable or of an unknown schema; rebuild the entry"),
+    # catalog
+    e.CatalogError: Hint("check the catalog URL (--catalog or CACHEKEEPER_CATALOG)"),
+    e.CatalogUnreachable: Hint("check that the database is running and the URL's host, port and credentials are right"),
+    e.CatalogNotMigrated: Hint("run `cachekeeper db upgrade` against this catalog",
+                               "run `cachekeeper db upgrade` against {url}"),
+    e.QueuePayloadError: Hint("run the same cachekeeper release on every prebuild worker of one catalog"),
+    # backends, builds, hydrate
+    e.BackendUnavailable: Hint("run `cachekeeper doctor` to see which backends this host can use and why"),
+    e.ToolchainMismatch: Hint("hydrate into a fresh directory (one toolchain per directory) or rebuild for "
+                              "this toolchain"),
+    e.BuildFailed: Hint("read the log tail above; `cachekeeper prebuild CONFIG --only KEY` retries one entry",
+                        "read the log tail above; `cachekeeper prebuild CONFIG --only {key}` retries it"),
+    e.NothingToHydrate: Hint("run `cachekeeper coverage CONFIG` to see what is built for this host, then prebuild "
+                             "what is missing"),
+    e.DestinationError: Hint("choose a writable destination with --dest"),
+    # hydrate waits for the lock up to its --deadline (10 min without one); capture up to --lock-timeout.
+    e.LockBusy: Hint("another hydrate or capture holds the lock; rerun when it is done, or give hydrate a longer "
+                     "--deadline (capture: --lock-timeout)",
+                     "another hydrate or capture holds {path}; rerun when it is done, or give hydrate a longer "
+                     "--deadline (capture: --lock-timeout)"),
+    e.HydrateIncomplete: Hint("rerun to fetch the rest (placed files are kept), or pass --best-effort to boot and "
+                              "compile the rest"),
+    # capture, prebuild fleet
+    e.CaptureError: Hint("run `cachekeeper hydrate --dest DIR` first, and capture the same DIR"),
+    e.BuildsInProgress: Hint("other workers hold these entries under live leases; rerun with --wait to wait for them"),
+}
+
+
+def row_for(cls: type[BaseException]) -> Hint | None:
+    """The table row of `cls` or of its nearest base that has one."""
+    for klass in cls.__mro__:
+        row = HINTS.get(klass)  # type: ignore[call-overload]  # MRO members that are not error classes miss
+        if row is not None:
+            return row
+    return None
+
+
+def hint_for(exc: e.CachekeeperError) -> str:
+    """The one-line next step for `exc`: its raise site's own, else its class's row, filled from its fields."""
+    if exc.hint:
+        return exc.hint
+    row = row_for(type(exc))
+    return row.render(exc.fields) if row else ""
