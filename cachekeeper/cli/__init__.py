@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..errors import CachekeeperError
+from .hints import hint_for
 
 
 class _Group(click.Group):
@@ -15,9 +16,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CachekeeperError as exc:
+            # The one error handler: the message, the next step from the hint table, the class's exit code.
             click.echo(f"error: {exc.message}", err=True)
-            if exc.hint:
-                click.echo(f"hint: {exc.hint}", err=True)
+            hint = hint_for(exc)
+            if hint:
+                click.echo(f"hint: {hint}", err=True)
             ctx.exit(exc.exit_code)
 
 
