@@ -37,7 +37,8 @@ from .errors import (
 from .fingerprint import Fingerprint
 from .fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
 from .hydrate.state import STATE_DIR, State, file_key, load_state, state_dir
-from .manifest import CAPTURED_PREFIX, KIND_CAPTURED, Manifest, captured_prefix
+from .layout import captured_prefix, captured_set_name, is_captured_name
+from .manifest import KIND_CAPTURED, Manifest
 from .snapshot import LocalFile
 from .stores.base import Store
 
@@ -233,7 +234,7 @@ def _stage(dest: Path, staging: Path, s: Seen) -> LocalFile:
 def captured_name(paths: Iterable[str]) -> str:
     """Named by paths, not bytes (Inductor embeds the cache path in its entries): hosts that captured the
     same new graph converge on one name, and the first complete publish wins."""
-    return CAPTURED_PREFIX + canonical.digest(sorted(paths))[:16]
+    return captured_set_name(canonical.digest(sorted(paths))[:16])
 
 
 def provenance(dest: Path, state: State) -> dict[str, Any]:
@@ -303,8 +304,7 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
 def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[Seen],
              open_store: Callable[[], Store], signing_key: SigningKey | None,
              catalog: Callable[[], Catalog] | None, report: CaptureReport) -> None:
-    from .publish import _commit as commit_manifest  # the publisher's own commit: signature, then write-once
-    from .publish import upload_files
+    from .publish import commit_manifest, upload_files  # the publisher's own steps: blobs, then signature + manifest
 
     journal = load_journal(dest)
     staging = state_dir(dest) / STAGING
@@ -386,7 +386,7 @@ def write_permission_hint(store_url: str) -> str:
 
 
 def captured_in(names: Iterable[str]) -> int:
-    return sum(1 for n in names if n.startswith(CAPTURED_PREFIX))
+    return sum(1 for n in names if is_captured_name(n))
 
 
 __all__ = ["CaptureReport", "capture", "captured_in", "captured_name", "captured_prefix", "scan", "settle"]

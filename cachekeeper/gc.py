@@ -10,13 +10,11 @@ of the file store, unfinished S3 multipart uploads) goes once it is older than t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import ManifestError
-from .manifest import Manifest, blob_key
-from .signing import signature_key
-from .stores.base import Debris, ObjectInfo, Store
+from .inventory import Inventory
+from .layout import blob_key, signature_key
+from .stores.base import Debris, Store
 
 DEFAULT_MIN_AGE = 3600.0   # longer than any publish takes between its first blob and its manifest
 
@@ -33,54 +31,40 @@ class GcPlan:
     young_debris: int = 0                                  # a publish may still be writing it
 
 
-def plan_gc(manifests: dict[str, Manifest | None], blobs: Iterable[ObjectInfo], drop: set[str],
-            signatures: Iterable[ObjectInfo] = (), *, min_age: float = DEFAULT_MIN_AGE,
-            now: float | None = None, debris: Iterable[Debris] = ()) -> GcPlan:
-    """`manifests`: key -> parsed manifest (None if unreadable). `drop`: fingerprint ids to remove."""
+def plan_gc(inventory: Inventory, drop: set[str], *, min_age: float = DEFAULT_MIN_AGE,
+            now: float | None = None) -> GcPlan:
+    """Pure: what to delete from the store `inventory` describes. `drop`: fingerprint ids to remove.
+    Misfiled manifests (`Inventory.misfiled`) count like the others: their blobs stay."""
     cutoff = (time.time() if now is None else now) - min_age
-    plan = GcPlan()
+    plan = GcPlan(unreadable=sorted(inventory.unreadable))
     referenced: set[str] = set()
     live_signatures: set[str] = set()
     dropped_signatures: set[str] = set()
-    for key, m in sorted(manifests.items()):
-        if m is None:
-            plan.unreadable.append(key)
-        elif m.fingerprint.id in drop:
+    for key, m in sorted(inventory.manifests.items()):
+        if m.fingerprint.id in drop:
             plan.delete_manifests.append(key)
             dropped_signatures.add(signature_key(m.digest))
         else:
             referenced.update(blob_key(b.digest) for b in m.blobs)
             live_signatures.add(signature_key(m.digest))
-    for sig in sorted(signatures, key=lambda o: o.key):
+    for sig in sorted(inventory.signatures, key=lambda o: o.key):
         if sig.key in dropped_signatures or (sig.key not in live_signatures and sig.mtime <= cutoff):
             plan.delete_signatures.append(sig.key)
         elif sig.key not in live_signatures:
             plan.young += 1
-    for blob in sorted(blobs, key=lambda o: o.key):
+    for blob in sorted(inventory.blobs, key=lambda o: o.key):
         if blob.key in referenced:
             plan.keep_blobs += 1
         elif blob.mtime > cutoff:
             plan.young += 1
         else:
             plan.delete_blobs.append(blob.key)
-    for item in sorted(debris, key=lambda d: (d.key, d.upload_id)):
+    for item in sorted(inventory.debris, key=lambda d: (d.key, d.upload_id)):
         if item.mtime > cutoff:
             plan.young_debris += 1
         else:
             plan.delete_debris.append(item)
     return plan
-
-
-def read_manifests(store: Store) -> dict[str, Manifest | None]:
-    out: dict[str, Manifest | None] = {}
-    for key in store.list("manifests/"):
-        if not key.endswith(".json"):
-            continue
-        try:
-            out[key] = Manifest.from_bytes(store.get_bytes(key), source=key)
-        except ManifestError:
-            out[key] = None
-    return out
 
 
 def run_gc(store: Store, plan: GcPlan) -> None:

@@ -21,34 +21,24 @@ from . import canonical
 from .errors import ManifestError
 from .fingerprint import Fingerprint
 from .fsutil import safe_relpath
+from .layout import CAPTURED_DIR, blob_key, captured_prefix, manifest_key, manifest_prefix
 from .spec import EntrySpec
+
+# The key builders live in layout.py; these names stay importable from here for existing callers.
+__all__ = ["CAPTURED_PREFIX", "KIND_CAPTURED", "KIND_ENTRY", "KIND_SHARED", "BlobRecord", "FileRecord", "Manifest",
+           "blob_key", "captured_prefix", "check_placement_paths", "manifest_key", "manifest_prefix", "schema_for"]
 
 SCHEMA = 1
 KIND_ENTRY = "entry"
 KIND_SHARED = "shared"
 # Runtime compiles a serving host wrote back (`cachekeeper capture --publish`). They carry schema 2 (with
 # `provenance`), so a reader that predates them says "unknown manifest schema 2" instead of misreading one,
-# and they live under `manifests/<fp>/captured/`, where an older hydrate's listing never finds them.
+# and they live under `manifests/<fp>/captured/` (see layout.py), where an older hydrate's listing never
+# finds them.
 KIND_CAPTURED = "captured"
 SCHEMA_CAPTURED = 2
-CAPTURED_PREFIX = "captured/"
+CAPTURED_PREFIX = CAPTURED_DIR
 _CAPTURED_NAME = re.compile(r"captured/[0-9a-f]{16}")
-
-
-def blob_key(digest: str) -> str:
-    return f"blobs/sha256/{digest[:2]}/{digest}"
-
-
-def manifest_key(fingerprint_id: str, name: str) -> str:
-    return f"manifests/{fingerprint_id}/{name}.json"
-
-
-def manifest_prefix(fingerprint_id: str | None = None) -> str:
-    return f"manifests/{fingerprint_id}/" if fingerprint_id else "manifests/"
-
-
-def captured_prefix(fingerprint_id: str) -> str:
-    return f"manifests/{fingerprint_id}/{CAPTURED_PREFIX}"
 
 
 def schema_for(kind: str) -> int:
@@ -120,21 +110,22 @@ class Manifest:
         return hashlib.sha256(self.to_bytes()).hexdigest()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, source: str = "manifest") -> Manifest:
-        """Parse and validate; every path is checked here so nothing downstream sees a hostile one."""
+    def from_bytes(cls, data: bytes, *, source: str | None = "manifest") -> Manifest:
+        """Parse and validate; every path is checked here so nothing downstream sees a hostile one.
+        Messages start with `source`; with None they are the bare reason (a scan reports it beside the key)."""
         if len(data) > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{source}: {len(data)} bytes, more than a manifest may be ({MAX_MANIFEST_BYTES})")
+            raise ManifestError(_at(source, f"{len(data)} bytes, more than a manifest may be ({MAX_MANIFEST_BYTES})"))
         try:
-            d = _loads(data)
+            d = _loads(data, source)
             if not isinstance(d, dict):
-                raise ManifestError(f"{source}: not a JSON object")
+                raise ManifestError(_at(source, "not a JSON object"))
             if d.get("schema") not in (SCHEMA, SCHEMA_CAPTURED):
-                raise ManifestError(f"{source}: unknown manifest schema {d.get('schema')!r}")
+                raise ManifestError(_at(source, f"unknown manifest schema {d.get('schema')!r}"))
             if d.get("schema") != schema_for(d.get("kind", "")):
-                raise ManifestError(f"{source}: kind {d.get('kind')!r} does not belong to schema {d['schema']}")
+                raise ManifestError(_at(source, f"kind {d.get('kind')!r} does not belong to schema {d['schema']}"))
             fp = Fingerprint.from_dict(d["fingerprint"])
             if d.get("fingerprint_id") != fp.id:
-                raise ManifestError(f"{source}: fingerprint id does not match its fields")
+                raise ManifestError(_at(source, "fingerprint id does not match its fields"))
             files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), _size(f["size"]),
                                      _digest(f["sha256"]), _digest(f["blob"]), _size(f.get("offset", 0)))
                           for f in d["files"])
@@ -146,16 +137,17 @@ class Manifest:
         except ManifestError:
             raise
         except RecursionError:
-            raise ManifestError(f"{source}: JSON nested too deeply") from None
+            raise ManifestError(_at(source, "JSON nested too deeply")) from None
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
-            raise ManifestError(f"{source}: malformed manifest ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+            why = f"malformed manifest ({type(exc).__name__}: {exc})".splitlines()[0]
+            raise ManifestError(_at(source, why)) from None
         m.validate(source)
         return m
 
-    def validate(self, source: str = "manifest") -> None:
+    def validate(self, source: str | None = "manifest") -> None:
         """Internal consistency: every slice lies inside its blob, paths are unique per root."""
         if self.kind not in (KIND_ENTRY, KIND_SHARED, KIND_CAPTURED):
-            raise ManifestError(f"{source}: unknown manifest kind {self.kind!r}")
+            raise ManifestError(_at(source, f"unknown manifest kind {self.kind!r}"))
         sizes = {b.digest: b for b in self.blobs}
         seen: set[tuple[str, str]] = set()
         check_placement_paths(self.files, source)
@@ -163,18 +155,18 @@ class Manifest:
             safe_relpath(f.root)
             blob = sizes.get(f.blob)
             if blob is None or f.offset < 0 or f.size < 0 or f.offset + f.size > blob.size:
-                raise ManifestError(f"{source}: {f.path} points outside its blob")
+                raise ManifestError(_at(source, f"{f.path} points outside its blob"))
             if not blob.packed and (f.offset != 0 or f.sha256 != f.blob):
-                raise ManifestError(f"{source}: {f.path} does not match its single-file blob")
+                raise ManifestError(_at(source, f"{f.path} does not match its single-file blob"))
             if (f.root, f.path) in seen:
-                raise ManifestError(f"{source}: {f.path} listed twice")
+                raise ManifestError(_at(source, f"{f.path} listed twice"))
             seen.add((f.root, f.path))
         if self.kind == KIND_ENTRY and (self.spec is None or self.spec.key != self.name):
-            raise ManifestError(f"{source}: entry name does not match its spec")
+            raise ManifestError(_at(source, "entry name does not match its spec"))
         if (self.kind == KIND_CAPTURED) != bool(_CAPTURED_NAME.fullmatch(self.name)):
-            raise ManifestError(f"{source}: a captured set is named captured/<16 hex>, and only a captured set")
+            raise ManifestError(_at(source, "a captured set is named captured/<16 hex>, and only a captured set"))
         if self.kind == KIND_CAPTURED and (self.spec is not None or self.requires):
-            raise ManifestError(f"{source}: a captured set has no spec and requires nothing")
+            raise ManifestError(_at(source, "a captured set has no spec and requires nothing"))
 
 
 # --- bounded input: a manifest comes from a store we may not trust ---------------------------------
@@ -186,6 +178,10 @@ NAME_MAX = 255                   # bytes per path component (Linux)
 PATH_MAX = 4095                  # bytes per relative path
 RESERVED_DIR = ".cachekeeper"    # hydrate's state dir in every root: no manifest path may enter it
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _at(source: str | None, why: str) -> str:
+    return f"{source}: {why}" if source else why
 
 
 def _no_constant(name: str) -> Any:
@@ -210,10 +206,10 @@ def _depth(value: Any, limit: int) -> int:
     return 0
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes, source: str | None) -> Any:
     doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
     if _depth(doc, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise ManifestError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        raise ManifestError(_at(source, f"JSON nested deeper than {MAX_JSON_DEPTH} levels"))
     return doc
 
 
@@ -229,7 +225,7 @@ def _digest(value: Any) -> str:
     return value
 
 
-def check_placement_paths(files: Iterable[FileRecord], source: str) -> None:
+def check_placement_paths(files: Iterable[FileRecord], source: str | None) -> None:
     """Paths hydrate can place on any Linux filesystem without surprises: within NAME_MAX/PATH_MAX, out
     of the state dir, never a temp name, no two that one normalisation (NFC) makes equal, and no path
     that is a file in one record and a directory in another."""
@@ -242,16 +238,16 @@ def check_placement_paths(files: Iterable[FileRecord], source: str) -> None:
     for f in files:
         parts = f.path.split("/")
         if len(f.path.encode()) > PATH_MAX or any(len(p.encode()) > NAME_MAX for p in parts):
-            raise UnsafePath(f"{source}: path longer than the filesystem allows: {f.path[:60]!r}…")
+            raise UnsafePath(_at(source, f"path longer than the filesystem allows: {f.path[:60]!r}…"))
         if parts[0] == RESERVED_DIR or any(p.endswith(TMP_SUFFIX) for p in parts):
-            raise UnsafePath(f"{source}: path in cachekeeper's reserved names: {f.path!r}")
+            raise UnsafePath(_at(source, f"path in cachekeeper's reserved names: {f.path!r}"))
         nfc = (f.root, unicodedata.normalize("NFC", f.path))
         if nfc in normal:
-            raise ManifestError(f"{source}: {f.path!r} is listed twice (equal after Unicode normalisation)")
+            raise ManifestError(_at(source, f"{f.path!r} is listed twice (equal after Unicode normalisation)"))
         normal.add(nfc)
         file_paths.add((f.root, f.path))
         for i in range(1, len(parts)):
             dirs.add((f.root, "/".join(parts[:i])))
     clash = sorted(file_paths & dirs)
     if clash:
-        raise ManifestError(f"{source}: {clash[0][1]!r} is both a file and a directory")
+        raise ManifestError(_at(source, f"{clash[0][1]!r} is both a file and a directory"))

@@ -23,7 +23,8 @@ from . import canonical
 from .errors import IntegrityError
 from .fingerprint import Fingerprint
 from .fsutil import sha256_file
-from .manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest, blob_key, manifest_key
+from .layout import blob_key, manifest_key
+from .manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
 from .snapshot import LocalFile, iter_blobs, scan_roots
 from .spec import EntrySpec
 from .stores.base import Store
@@ -177,7 +178,10 @@ def shared_name(root: str, local: list[LocalFile]) -> str | None:
     return f"{root}-{canonical.digest(paths)[:16]}"
 
 
-def _commit(store: Store, manifest: Manifest, signing_key: SigningKey | None) -> tuple[Manifest, bool]:
+def commit_manifest(store: Store, manifest: Manifest, signing_key: SigningKey | None) -> tuple[Manifest, bool]:
+    """The last step of every publish, once its blobs are in: the signature, then the manifest, written
+    once. Returns (the manifest now stored, True if this call wrote it); when another writer won the race,
+    its manifest is returned and adopted."""
     data = manifest.to_bytes()
     if signing_key is not None:
         from .signing import publish_signature
@@ -206,7 +210,7 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
             continue
         files, blobs, n, p = upload_files(store, local)
         shared = Manifest(KIND_SHARED, name, fingerprint, tuple(files), tuple(blobs), build=dict(build or {}))
-        shared, _ = _commit(store, shared, signing_key)
+        shared, _ = commit_manifest(store, shared, signing_key)
         if catalog is not None:
             catalog.record(shared, store_url=store.url)
         uploaded, blobs_up, present = uploaded + n, blobs_up + len(blobs) - p, present + p
@@ -214,7 +218,7 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
     files, blobs, n, p = upload_files(store, scan_roots(entry_roots, include))
     manifest = Manifest(KIND_ENTRY, spec.key, fingerprint, tuple(files), tuple(blobs), spec=spec,
                         requires=tuple(requires), build=dict(build or {}))
-    manifest, created = _commit(store, manifest, signing_key)
+    manifest, created = commit_manifest(store, manifest, signing_key)
     if catalog is not None:
         catalog.record(manifest, store_url=store.url)
     return PublishResult(manifest, created, uploaded + n, blobs_up + len(blobs) - p, present + p)

@@ -1,7 +1,7 @@
 """Optional ed25519 signatures over manifests, like Nix's signed narinfo.
 
 A signature signs the manifest's exact bytes and is stored beside the bucket's manifests at
-`signatures/<manifest sha256>` (keyed by digest, so racing builders never overwrite each other's).
+`signatures/<manifest sha256>` (layout.py) (keyed by digest, so racing builders never overwrite each other's).
 Publishers sign with a private key (`CACHEKEEPER_SIGNING_KEY`, a PEM file); hydrate, given trusted
 public keys (`--trusted-key` / `CACHEKEEPER_TRUSTED_KEYS`), refuses any manifest without a valid
 signature from one of them. `cryptography` is imported only when keys are used.
@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import IntegrityError, ObjectNotFound, UsageError
+from .layout import signature_key
 from .stores.base import Store
 
+# signature_key is built in layout.py (the bucket layout) and stays importable from here.
+__all__ = ["PublicKey", "SigningKey", "publish_signature", "require_signature", "signature_key"]
+
 PREFIX = "ed25519:"
-
-
-def signature_key(manifest_digest: str) -> str:
-    return f"signatures/{manifest_digest}"
 
 
 def _crypto() -> Any:

@@ -1,15 +1,18 @@
 """Check the store: every manifest parses and every blob it names exists at the right size
-(`deep`: and hashes to its digest). Problems are returned, not raised, so one pass reports them all."""
+(`deep`: and hashes to its digest). Problems are returned, not raised, so one pass reports them all.
+
+Sizes come from the inventory's blob listing (one listing call per thousand blobs, not a HEAD per blob);
+only `deep` reads blobs.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import CachekeeperError
-from .manifest import Manifest, blob_key
+from .inventory import Inventory
+from .layout import blob_key, signature_key
 from .stores.base import Store
 
 
@@ -20,42 +23,38 @@ class Problem:
     blob: str | None = None  # the blob at fault, if any
 
 
-def repair(store: Store, problems: list[Problem]) -> list[str]:
+def repair(store: Store, inventory: Inventory, problems: list[Problem]) -> list[str]:
     """Delete the bad blobs and the manifests that name them (signatures too), so prebuild rebuilds those
     entries from scratch: objects are immutable, so a corrupt blob would otherwise never be replaced."""
-    from .manifest import Manifest
-    from .signing import signature_key
-
     removed: list[str] = []
     for blob in sorted({p.blob for p in problems if p.blob}):
         store.delete(blob_key(blob))
         removed.append(blob_key(blob))
     for key in sorted({p.key for p in problems}):
-        with contextlib.suppress(CachekeeperError):  # unreadable manifest: no digest to find its signature by
-            store.delete(signature_key(Manifest.from_bytes(store.get_bytes(key)).digest))
+        manifest = inventory.manifests.get(key)   # an unreadable one has no digest to find its signature by
+        if manifest is not None:
+            store.delete(signature_key(manifest.digest))
         store.delete(key)
         removed.append(key)
     return removed
 
 
-def verify_store(store: Store, manifests: dict[str, Manifest | None], *, deep: bool = False) -> Iterator[Problem]:
+def verify_store(store: Store, inventory: Inventory, *, deep: bool = False) -> Iterator[Problem]:
+    sizes = inventory.blob_sizes()
     checked: dict[str, bool] = {}
-    for key, m in sorted(manifests.items()):
+    for key in sorted(inventory.manifests.keys() | inventory.unreadable.keys()):
+        m = inventory.manifests.get(key)
         if m is None:
-            yield Problem(key, "manifest unreadable or of an unknown schema")
+            yield Problem(key, f"manifest unreadable: {inventory.unreadable[key]}")
             continue
         for b in m.blobs:
             if b.digest not in checked:
-                checked[b.digest] = _blob_ok(store, b.digest, b.size, deep)
+                checked[b.digest] = sizes.get(b.digest) == b.size and (not deep or _hashes_to(store, b.digest))
             if not checked[b.digest]:
                 yield Problem(key, f"blob {b.digest[:12]}… missing, truncated or corrupt", b.digest)
 
 
-def _blob_ok(store: Store, digest: str, size: int, deep: bool) -> bool:
-    if store.size(blob_key(digest)) != size:
-        return False
-    if not deep:
-        return True
+def _hashes_to(store: Store, digest: str) -> bool:
     h = hashlib.sha256()
 
     class _W:

@@ -1,4 +1,5 @@
-"""Read every manifest a store holds, to rebuild the catalog from the store (the source of truth).
+"""Which of a store's manifests the catalog can index, to rebuild the catalog from the store (the source
+of truth), from one inventory scan (`cachekeeper.inventory`).
 
 Objects that are not valid manifests are reported with their key and a reason, never raised: one bad
 object must not stop a rebuild. Store failures other than a vanished object do raise, because a
@@ -7,16 +8,15 @@ partial listing would make the rebuild drop rows that are fine.
 
 from __future__ import annotations
 
-import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..errors import ManifestError, ObjectNotFound, UnsafePath
-from ..manifest import Manifest, manifest_prefix
+from ..inventory import Inventory
+from ..inventory import scan as scan_store
+from ..manifest import Manifest
 from ..stores.base import Store
 from .models import KINDS
 
-FETCH_THREADS = 8   # manifests are small; on S3/GCS the latency, not the bandwidth, is the cost
+NOT_A_MANIFEST_KEY = "not a manifest key (manifests/<fingerprint>/<name>.json)"
 
 
 @dataclass(frozen=True)
@@ -32,33 +32,18 @@ def problem(manifest: Manifest) -> str | None:
     return None
 
 
-def read(store: Store, key: str) -> Manifest | str | None:
-    """The manifest stored at `key`, the reason it is not a usable one, or None if it vanished."""
-    try:
-        data = store.get_bytes(key)
-    except ObjectNotFound:
-        return None
-    try:
-        manifest = Manifest.from_bytes(data, source=key)
-    except (ManifestError, UnsafePath) as exc:
-        return exc.message.removeprefix(f"{key}: ")
-    if manifest.key != key:
-        return f"holds the manifest of {manifest.key}"
-    if hashlib.sha256(data).hexdigest() != manifest.digest:
-        # A lockfile pins sha256(stored bytes); non-canonical bytes would never match the recorded digest.
-        return "bytes are not canonical JSON (their sha256 differs from the manifest digest)"
-    return problem(manifest) or manifest
+def indexable(inventory: Inventory) -> Scan:
+    """Pure: the manifests the catalog can hold, by digest, and every other object under manifests/ with why."""
+    manifests: dict[str, Manifest] = {}
+    invalid = inventory.unreadable | inventory.misfiled | dict.fromkeys(inventory.strays, NOT_A_MANIFEST_KEY)
+    for key, manifest in inventory.filed().items():
+        why = problem(manifest)
+        if why is None:
+            manifests[manifest.digest] = manifest
+        else:
+            invalid[key] = why
+    return Scan(manifests, tuple(sorted(invalid.items())))
 
 
 def scan(store: Store) -> Scan:
-    keys = sorted(store.list(manifest_prefix()))
-    with ThreadPoolExecutor(FETCH_THREADS) as pool:
-        results = list(pool.map(lambda key: read(store, key), keys))
-    manifests: dict[str, Manifest] = {}
-    invalid: list[tuple[str, str]] = []
-    for key, result in zip(keys, results, strict=True):
-        if isinstance(result, Manifest):
-            manifests[result.digest] = result
-        elif result is not None:
-            invalid.append((key, result))
-    return Scan(manifests, tuple(invalid))
+    return indexable(scan_store(store, objects=False, debris=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from .commands import _say, _store, json_option, store_option
 
 if TYPE_CHECKING:
     from ..gc import GcPlan
+    from ..stores.base import Store
 
 
 @cli.command()
@@ -21,21 +23,31 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="the manifest on one line (default: indented JSON)")
 def show(key: str, store_url: str | None, as_json: bool) -> None:
     """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
-    from ..errors import UsageError
     from ..manifest import Manifest
 
-    store = _store(store_url, None)
-    if key.startswith("manifests/"):
-        keys = [key]
-    else:
-        keys = [k for k in store.list("manifests/") if k.rsplit("/", 1)[-1].startswith(key)]
-    if len(keys) != 1:
-        raise UsageError(f"{len(keys)} manifests match {key!r}", "give a longer key prefix or the manifest path")
-    m = Manifest.from_bytes(store.get_bytes(keys[0]), source=keys[0])
+    with contextlib.closing(_store(store_url, None)) as store:
+        found = _manifest_at(store, key)
+        m = Manifest.from_bytes(store.get_bytes(found), source=found)
     doc = m.to_dict()
     doc["digest"] = m.digest
-    doc["key"] = keys[0]
+    doc["key"] = found
     click.echo(json.dumps(doc, sort_keys=True) if as_json else json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _manifest_at(store: Store, key: str) -> str:
+    """The one manifest key that `key` names: itself, or the manifest whose name starts with it."""
+    from ..errors import UsageError
+    from ..inventory import manifest_keys, matching
+    from ..layout import parse_manifest_key
+
+    exact = parse_manifest_key(key)
+    if exact is not None:
+        return exact.key
+    found = matching(manifest_keys(store), key)
+    if len(found) != 1:
+        raise UsageError(f"{len(found)} manifests match {key!r}", "give a longer key prefix or the manifest path",
+                         key=key)
+    return found[0].key
 
 
 @cli.command()
@@ -45,23 +57,24 @@ def show(key: str, store_url: str | None, as_json: bool) -> None:
 @json_option
 def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
-    from ..gc import read_manifests
+    from ..inventory import scan
     from ..verify import repair as repair_store
     from ..verify import verify_store
 
-    store = _store(store_url, None)
-    manifests = read_manifests(store)
-    problems = list(verify_store(store, manifests, deep=deep))
-    if as_json:
-        click.echo(json.dumps({"manifests": len(manifests), "problems": [p.__dict__ for p in problems]}))
-    for p in problems:
-        click.echo(f"BAD  {p.key}: {p.what}")
-    _say(f"verify: {len(manifests)} manifests, {len(problems)} problems")
-    if problems and repair:
-        for key in repair_store(store, problems):
-            click.echo(f"removed  {key}")
-        _say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
-             "(and `cachekeeper catalog rebuild` drops their rows)")
+    with contextlib.closing(_store(store_url, None)) as store:
+        inventory = scan(store, debris=False)
+        problems = list(verify_store(store, inventory, deep=deep))
+        count = len(inventory.manifests) + len(inventory.unreadable)
+        if as_json:
+            click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems]}))
+        for p in problems:
+            click.echo(f"BAD  {p.key}: {p.what}")
+        _say(f"verify: {count} manifests, {len(problems)} problems")
+        if problems and repair:
+            for key in repair_store(store, inventory, problems):
+                click.echo(f"removed  {key}")
+            _say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
+                 "(and `cachekeeper catalog rebuild` drops their rows)")
     if problems:
         sys.exit(1)
 
@@ -75,22 +88,23 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
 def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
-    from ..gc import plan_gc, read_manifests, run_gc
+    from ..gc import plan_gc, run_gc
+    from ..inventory import scan
 
-    store = _store(store_url, None)
-    plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(drop), store.list_info("signatures/"),
-                   min_age=min_age, debris=store.list_debris())
-    (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
-    for key in plan.unreadable:
-        _say(f"warning: unreadable manifest kept: {key}")
-    if execute:
-        run_gc(store, plan)
+    with contextlib.closing(_store(store_url, None)) as store:
+        plan = plan_gc(scan(store), set(drop), min_age=min_age)
+        (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
+        for key in plan.unreadable:
+            _say(f"warning: unreadable manifest kept: {key}")
+        if execute:
+            run_gc(store, plan)
+        debris_note = store.debris_note
     _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
          f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
          f"{plan.young} unreferenced objects younger than {min_age:.0f}s kept")
     _say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
          f"{'removed' if execute else 'to remove'}, {plan.young_debris} younger than {min_age:.0f}s kept"
-         + (f"; {store.debris_note}" if store.debris_note else ""))
+         + (f"; {debris_note}" if debris_note else ""))
     if as_json:
         click.echo(json.dumps({"summary": {
             "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),

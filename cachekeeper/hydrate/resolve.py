@@ -15,16 +15,9 @@ from typing import TYPE_CHECKING
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
-from ..manifest import (
-    KIND_CAPTURED,
-    KIND_ENTRY,
-    KIND_SHARED,
-    MAX_MANIFEST_BYTES,
-    Manifest,
-    captured_prefix,
-    manifest_key,
-    manifest_prefix,
-)
+from ..inventory import manifest_keys
+from ..layout import manifest_key
+from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..stores.base import Store
 
 if TYPE_CHECKING:
@@ -101,9 +94,7 @@ def require_toolchain(m: Manifest, local: Fingerprint) -> None:
 def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None,
                  trusted: tuple[PublicKey, ...] = (), *, deadline: Deadline | None = None) -> list[Manifest]:
     """Every entry manifest published for this toolchain (optionally only some models)."""
-    prefix = manifest_prefix(fingerprint.id)
-    names = [k.removeprefix(prefix).removesuffix(".json") for k in store.list(prefix)
-             if k.endswith(".json") and "/" not in k.removeprefix(prefix)]  # captured/ sets: list_captured
+    names = [mk.name for mk in manifest_keys(store, fingerprint.id, captured=False)]  # captured: list_captured
     found, _ = fetch_manifests(store, fingerprint, [Pin(n) for n in names], trusted, deadline=deadline)
     entries = [m for m in found if m.kind == KIND_ENTRY]
     if models:
@@ -133,9 +124,7 @@ def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
     another toolchain or not signed by a trusted key is skipped: a miss, never a failed boot."""
     from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
 
-    prefix = manifest_prefix(fingerprint.id)
-    names = sorted(k.removeprefix(prefix).removesuffix(".json") for k in store.list(captured_prefix(fingerprint.id))
-                   if k.endswith(".json"))
+    names = [mk.name for mk in manifest_keys(store, fingerprint.id, captured=True)]
 
     def get(name: str) -> Manifest | None:
         try:
@@ -151,15 +140,15 @@ def list_captured(store: Store, fingerprint: Fingerprint, extends: set[str],
 
 def other_toolchains(store: Store, backend: str, local: Fingerprint, limit: int = 3) -> list[str]:
     """For a miss: which published toolchains of this backend exist, and how each differs from this host."""
-    fp_ids = sorted({k.split("/")[1] for k in store.list("manifests/") if k.count("/") >= 2} - {local.id})
+    first: dict[str, str] = {}   # one manifest key per other toolchain: any manifest names its fingerprint
+    for mk in manifest_keys(store):
+        if mk.fingerprint_id != local.id:
+            first.setdefault(mk.fingerprint_id, mk.key)
     lines: list[str] = []
-    for fp_id in fp_ids:
-        key = next((k for k in store.list(manifest_prefix(fp_id)) if k.endswith(".json")), None)
-        if key is None:
-            continue
+    for fp_id, key in sorted(first.items()):
         try:
             m = Manifest.from_bytes(store.get_bytes(key), source=key)
-        except (ManifestError, ObjectNotFound):
+        except (ManifestError, UnsafePath, ObjectNotFound):
             continue
         if m.fingerprint.backend != backend:
             continue

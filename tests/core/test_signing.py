@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.errors import IntegrityError, UsageError
-from cachekeeper.gc import plan_gc, read_manifests
+from cachekeeper.gc import plan_gc
 from cachekeeper.hydrate import hydrate
 from cachekeeper.hydrate.resolve import Pin
+from cachekeeper.inventory import scan
 from cachekeeper.manifest import Manifest
 from cachekeeper.publish import publish
 from cachekeeper.signing import PublicKey, SigningKey, signature_key
@@ -80,11 +81,9 @@ def test_gc_removes_signatures_of_missing_manifests_and_keeps_live_ones(store: F
     key = SigningKey.generate()
     m = _publish(store, write_tree(tmp_path / "b", {"a.neff": b"1"}), key)
     store.put_bytes(signature_key("0" * 64), b"{}")
-    plan = plan_gc(read_manifests(store), store.list_info("blobs/"), set(), store.list_info("signatures/"),
-                   min_age=0)
+    plan = plan_gc(scan(store), set(), min_age=0)
     assert plan.delete_signatures == [signature_key("0" * 64)]
-    dropped = plan_gc(read_manifests(store), store.list_info("blobs/"), {m.fingerprint.id},
-                      store.list_info("signatures/"))  # dropping a toolchain takes its signatures at any age
+    dropped = plan_gc(scan(store), {m.fingerprint.id})  # dropping a toolchain takes its signatures at any age
     assert signature_key(m.digest) in dropped.delete_signatures
 
 

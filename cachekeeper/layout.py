@@ -1,0 +1,143 @@
+"""The bucket layout: every object key cachekeeper writes, its builder and its parser, in one place.
+
+This layout is a public format: builders of other versions, hydrating hosts and bucket policies
+(`manifests/<fp>/captured/` grants) all read it. A store (file://, s3://, gs://, with an optional prefix
+the store strips) holds:
+
+    blobs/sha256/<d[:2]>/<d>                   a blob: one file's bytes, or a pack of small files
+                                               (d = sha256 of the object's bytes, 64 hex)
+    manifests/<fp>/<name>.json                 a manifest (canonical JSON) of toolchain <fp> (16 hex):
+                                               an entry (name = entry key, 32 hex) or a toolchain-shared
+                                               set (name = "<root>-<16 hex>", e.g. "pch-…")
+    manifests/<fp>/captured/<h>.json           a captured set (name = "captured/<h>", h = 16 hex): runtime
+                                               compiles a serving host wrote back; an older hydrate's
+                                               listing of manifests/<fp>/ never descends into it
+    signatures/<m>                             the ed25519 signature of the manifest whose bytes hash to <m>
+    <dir>/.<name>.<writer>.<n>.ck-tmp          debris: the temp file of a file-store write killed before its
+                                               rename (S3 multipart uploads and GCS resumable sessions leave
+                                               no object; `Store.list_debris` reports those)
+
+Objects are write-once. A lockfile is a local file, not an object: it pins manifests by (name, sha256
+of the stored bytes) and its keys are rebuilt here from the fingerprint id it records.
+
+Parsers take a key relative to the store and return a small value, or None for a key that is not of
+that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). This module
+is on the boot path: it imports nothing heavier than `fsutil`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .fsutil import TMP_SUFFIX, temp_tag
+
+BLOBS = "blobs/"
+BLOB_DIR = "blobs/sha256/"
+MANIFESTS = "manifests/"
+SIGNATURES = "signatures/"
+MANIFEST_SUFFIX = ".json"
+CAPTURED_DIR = "captured/"   # inside manifests/<fp>/, and the start of every captured set's name
+TEMP_SUFFIX = TMP_SUFFIX     # the file store's temp names end so (fsutil.temp_path writes them)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# One path component that is neither empty nor a dot-name: temp files start with a dot, and "." / ".."
+# would let a key escape its directory on a file store.
+_COMPONENT = r"[^/.][^/]*"
+_MANIFEST = re.compile(rf"manifests/({_COMPONENT})/((?:captured/)?{_COMPONENT})\.json")
+
+
+# --- blobs ------------------------------------------------------------------------------------------
+
+
+def blob_key(digest: str) -> str:
+    return f"{BLOB_DIR}{digest[:2]}/{digest}"
+
+
+def parse_blob_key(key: str) -> str | None:
+    """The digest of the blob stored at `key`, or None if `key` is not a blob key."""
+    digest = key.removeprefix(BLOB_DIR)
+    if digest == key or len(digest) != 67 or digest[2] != "/" or digest[:2] != digest[3:5]:
+        return None
+    digest = digest[3:]
+    return digest if _HEX64.fullmatch(digest) else None
+
+
+# --- manifests --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestKey:
+    fingerprint_id: str
+    name: str          # as in the manifest: entry key, shared-set name, or "captured/<hash>"
+
+    @property
+    def captured(self) -> bool:
+        return is_captured_name(self.name)
+
+    @property
+    def stem(self) -> str:
+        """The name without the captured/ directory: the id a listing shows and `show` matches."""
+        return self.name.removeprefix(CAPTURED_DIR)
+
+    @property
+    def key(self) -> str:
+        return manifest_key(self.fingerprint_id, self.name)
+
+
+def manifest_key(fingerprint_id: str, name: str) -> str:
+    return f"{MANIFESTS}{fingerprint_id}/{name}{MANIFEST_SUFFIX}"
+
+
+def manifest_prefix(fingerprint_id: str | None = None) -> str:
+    """Every manifest (no id), or one toolchain's, captured sets included (they sit one level down)."""
+    return f"{MANIFESTS}{fingerprint_id}/" if fingerprint_id else MANIFESTS
+
+
+def captured_prefix(fingerprint_id: str) -> str:
+    return f"{MANIFESTS}{fingerprint_id}/{CAPTURED_DIR}"
+
+
+def parse_manifest_key(key: str) -> ManifestKey | None:
+    """Fingerprint id and name of the manifest stored at `key`, or None if `key` is not a manifest key
+    (another depth, another suffix, a dot-name)."""
+    match = _MANIFEST.fullmatch(key)
+    return ManifestKey(match[1], match[2]) if match else None
+
+
+def captured_set_name(set_id: str) -> str:
+    """A captured set's manifest name ("captured/<16 hex>"), which puts it in the captured/ directory."""
+    return f"{CAPTURED_DIR}{set_id}"
+
+
+def is_captured_name(name: str) -> bool:
+    return name.startswith(CAPTURED_DIR)
+
+
+# --- signatures -------------------------------------------------------------------------------------
+
+
+def signature_key(manifest_digest: str) -> str:
+    return f"{SIGNATURES}{manifest_digest}"
+
+
+def parse_signature_key(key: str) -> str | None:
+    """The digest of the manifest whose signature is stored at `key`, or None."""
+    digest = key.removeprefix(SIGNATURES)
+    return digest if digest != key and _HEX64.fullmatch(digest) else None
+
+
+# --- debris -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TempKey:
+    directory: str     # where the final object was going ("blobs/sha256/ab/", "" at the top)
+    writer: str        # the writer's tag (its pid by default): a sweep tells live writers from dead ones
+
+
+def parse_temp_key(key: str) -> TempKey | None:
+    """The file store's temp object at `key` (`<dir>/.<name>.<writer>.<n>.ck-tmp`), or None."""
+    directory, _, name = key.rpartition("/")
+    writer = temp_tag(name) if name.startswith(".") else None
+    return TempKey(f"{directory}/" if directory else "", writer) if writer else None
