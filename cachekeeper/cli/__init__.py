@@ -31,21 +31,22 @@ def cli() -> None:
 
 
 def _register() -> None:
+    """Attach every command. Each module imports only click at the top (heavy libraries inside its
+    commands), so registering them all costs `cachekeeper hydrate` nothing it would notice."""
     import contextlib
 
-    from . import build, commands, store_admin  # noqa: F401  (core commands attach themselves to `cli`)
-
-    # Command groups in their own modules; each imports its heavy libraries lazily.
-    from .db import catalog, db
-
-    cli.add_command(db)
-    cli.add_command(catalog)
-    from .boot import env
+    from . import store_admin  # noqa: F401  (show, verify and gc attach themselves to `cli`)
+    from .boot import env, hydrate, lock
+    from .build import keygen, prebuild, validate
     from .capture import capture
-    cli.add_command(capture)
-    cli.add_command(env)
-    from .inspect import dashboard, diff, explain
-    for command in (diff, explain, dashboard):
+    from .compare import diff, explain
+    from .db import catalog, db
+    from .inspect import coverage, dashboard, ls_, stats
+
+    for command in (prebuild, validate, keygen,          # build side
+                    hydrate, lock, env, capture,         # boot side
+                    ls_, stats, coverage, diff, explain, dashboard,   # inspection
+                    db, catalog):                         # catalog upkeep
         cli.add_command(command)
     with contextlib.suppress(ImportError):
         from .doctor import doctor

@@ -1,22 +1,27 @@
-"""`cachekeeper prebuild`: the build side of the CLI (queue, leases, shards, parallel builds).
+"""The build side of the CLI: `prebuild` (queue, leases, shards, parallel builds), `validate` (a config's
+entries, without building) and `keygen` (the key that signs what prebuild publishes).
 
-Exit codes: 0 when every wanted entry is built (here or by another worker), 7 when a build failed,
+prebuild's exit codes: 0 when every wanted entry is built (here or by another worker), 7 when a build failed,
 13 when entries are still held by live workers (without --wait), 5 when a queue job was written by
 another cachekeeper release, 2 for bad settings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from . import cli
-from .commands import _catalog, _load_config, _say, _store, catalog_option, json_option, store_option
+from .options import catalog_option, json_option, opened_catalog, opened_store, required_config, say, store_option
+
+if TYPE_CHECKING:
+    from ..worker.prebuild import Outcome
 
 
-@cli.command()
+@click.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @store_option
 @catalog_option
@@ -45,7 +50,7 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     """Compile every entry of CONFIG's matrix for this host's toolchains and publish the caches."""
     from ..errors import BuildFailed, BuildsInProgress, QueuePayloadError, UsageError
     from ..worker.lease import LeaseSettings
-    from ..worker.prebuild import Outcome, RunSettings, held_summary
+    from ..worker.prebuild import RunSettings, held_summary
     from ..worker.prebuild import prebuild as run
     from ..worker.shard import parse_shard
 
@@ -53,29 +58,22 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
                            worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
     if workers is not None and workers < 1:
         raise UsageError(f"--workers {workers}: at least one build must run")
-    config = _load_config(config_path)
-    assert config is not None
+    config = required_config(config_path)
     if sign_key:
         from ..signing import SigningKey
         settings = RunSettings(**{**settings.__dict__, "signing_key": SigningKey.load(Path(sign_key))})
-    store = _store(store_url, config, create=True)
-    catalog = None if no_catalog else _catalog(catalog_url, config)
-
-    def progress(o: Outcome) -> None:
-        _say(f"{o.status:>7}  {o.key[:12]}  {o.label}" + (f"  ({o.seconds:.1f}s)" if o.seconds else "")
-             + (f"  [{o.detail}]" if o.status == "held" else ""))
-        if o.status in ("failed", "refused"):
-            _say("         " + o.detail.strip().replace("\n", "\n         ")[-3000:])
-
-    report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
-                 only=set(only) or None, settings=settings, progress=progress)
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(opened_store(store_url, config, create=True))
+        catalog = None if no_catalog else stack.enter_context(opened_catalog(catalog_url, config))
+        report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
+                     only=set(only) or None, settings=settings, progress=_progress)
     if as_json:
         click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes],
                                "swept_workdirs": [str(p) for p in report.swept]}))
     if report.swept:
-        _say(f"prebuild: removed {len(report.swept)} workdirs of dead workers")
+        say(f"prebuild: removed {len(report.swept)} workdirs of dead workers")
     where = f" (shard {settings.shard.label()})" if settings.shard else ""
-    _say("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
+    say("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
          + f"{where} -> {store.url}")
     if report.refused:
         raise QueuePayloadError(report.refused[0].detail)
@@ -84,3 +82,43 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     if report.held:
         raise BuildsInProgress(f"{held_summary(report.held)} still being built by other workers; "
                                "not everything wanted is built yet")
+
+
+def _progress(o: Outcome) -> None:
+    say(f"{o.status:>7}  {o.key[:12]}  {o.label}" + (f"  ({o.seconds:.1f}s)" if o.seconds else "")
+        + (f"  [{o.detail}]" if o.status == "held" else ""))
+    if o.status in ("failed", "refused"):
+        say("         " + o.detail.strip().replace("\n", "\n         ")[-3000:])
+
+
+@click.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="one JSON line per entry (key, label, spec) on stdout")
+def validate(config_path: str, as_json: bool) -> None:
+    """Check a config file and print its entries."""
+    entries = required_config(config_path).entries()
+    for e in entries:
+        click.echo(json.dumps({"key": e.spec.key, "entry": e.spec.label(), "spec": e.spec.to_dict()}) if as_json
+                   else f"{e.spec.key[:12]}  {e.spec.label()}")
+    say(f"{config_path}: valid, {len(entries)} entries")
+
+
+@click.command()
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="private key file to create")
+def keygen(output: str) -> None:
+    """Create an ed25519 signing key (PEM, mode 0600) and print its public key for --trusted-key."""
+    import os
+
+    from ..errors import DestinationError
+    from ..signing import SigningKey
+
+    key = SigningKey.generate()
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise DestinationError(f"cannot create {output}: {exc.strerror}", "choose a new file name",
+                               path=output) from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.pem())
+    click.echo(str(key.public))
+    say(f"keygen: private key -> {output} (key id {key.public.id}); pass the line above to --trusted-key")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .commands import _catalog, _load_config, _local_toolchain, _say, _store, catalog_option, json_option, store_option
+from .options import catalog_option, json_option, load_config, open_catalog, say, store_option, toolchain
 
 if TYPE_CHECKING:
     from ..capture import CaptureReport
@@ -45,26 +45,28 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     from ..capture import capture as run
     from ..capture import never_hydrated
     from ..errors import UsageError
+    from ..hydrate.request import store_opener
     from ..hydrate.state import load_state
 
     if watch is not None and (watch <= 0 or not publish):
         raise UsageError("--watch needs --publish and a positive number of seconds")
     if nice:
         os.nice(nice)
-    config = _load_config(config_path)
+    config = load_config(config_path)
     state = load_state(Path(dest)) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
-    be, fp, _ = _local_toolchain(config, backend or state.backend, pairs, device)
+    tc = toolchain(config, backend or state.backend, pairs, device)
     signing_key = None
     if publish and sign_key:
         from ..signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
-    catalog_fn = (lambda: _catalog(catalog_url, config)) if publish and catalog_url else None
+    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish and catalog_url else None
+    store_fn = store_opener(store_url, config) if publish else None
 
     def once() -> CaptureReport:
-        return run(Path(dest), fp, be.include, open_store=(lambda: _store(store_url, config)) if publish else None,
-                   settle_s=settle, lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
+        return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn, settle_s=settle,
+                   lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
 
     if watch is None:
         _show(once(), publish, as_json)
@@ -79,16 +81,16 @@ def _show(report: CaptureReport, published: bool, as_json: bool) -> None:
         for path in report.files:
             click.echo(path)
     for path in report.refused:
-        _say(f"warning: refused symlink {report.dest / path} (capture never follows or publishes links)")
+        say(f"warning: refused symlink {report.dest / path} (capture never follows or publishes links)")
     if report.error:
-        _say(f"warning: {report.error}")
+        say(f"warning: {report.error}")
     if published:
         what = (f"{len(report.files)} files -> {report.manifest}"
                 + ("" if report.created or not report.manifest else " (another host published it first)")
                 if report.files else "nothing new")
-        _say(f"capture: {what}; {report.placed} placed by hydrate ({report.seconds:.2f}s)")
+        say(f"capture: {what}; {report.placed} placed by hydrate ({report.seconds:.2f}s)")
     else:
-        _say(f"capture: {len(report.files)} new files, {len(report.writing)} still being written, "
+        say(f"capture: {len(report.files)} new files, {len(report.writing)} still being written, "
              f"{report.placed} placed by hydrate -> {report.dest}")
 
 
@@ -112,6 +114,6 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
         try:
             _show(once(), True, as_json)
         except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
-            _say(f"warning: {exc.message}; kept for the next round")
+            say(f"warning: {exc.message}; kept for the next round")
         if stopping:
             return

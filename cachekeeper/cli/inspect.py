@@ -1,158 +1,146 @@
-"""`cachekeeper diff`, `explain` and `dashboard`: what an upgrade invalidates, why a host misses, the matrix.
+"""The inspection side of the CLI: `ls`, `stats`, `coverage` and `dashboard` (what is built, for which
+toolchain, at what size). `diff` and `explain` are in compare.py.
 
-Read-only: the catalog is opened without migrating it (an older schema is a one-line error, not an
-upgrade behind the operator's back). SQLAlchemy and the web stack are imported inside the commands.
+SQLAlchemy and the web stack are imported inside the commands. The dashboard opens the catalog without
+migrating it (an older schema is a one-line error, not an upgrade behind the operator's back).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .commands import _load_config, _local_toolchain, _pick_backend, _store, catalog_option, json_option, store_option
+from .options import (
+    catalog_option,
+    json_option,
+    open_catalog,
+    opened_catalog,
+    opened_store,
+    required_config,
+    say,
+    store_option,
+    toolchain,
+)
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-    from ..config import Config, PlannedEntry
-    from ..fingerprint import Fingerprint
+    from ..config import Config
+    from ..stores.base import Store
 
 
-def open_readonly(url: str | None, config: Config | None = None) -> Catalog:
-    from ..catalog import Catalog
-    return Catalog.open(url or (config.catalog if config else None), auto_migrate=False)
-
-
-# --- diff --------------------------------------------------------------------------------------------
-
-
-@click.command()
-@click.argument("a", required=False)
-@click.argument("b", required=False)
-@click.option("--host", "use_host", is_flag=True, help="compare this host's toolchain (A) with fingerprint B")
-@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
-              help="what-if: this host's toolchain (A) against itself with these fields changed (B)")
-@click.option("--backend", help="backend of this host's toolchain (default: B's, or the config's only one)")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config for backend options")
-@click.option("--device", help="device for this host's fingerprint (cpu, cuda)")
-@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="parallel builders for the rebuild estimate")
-@click.option("--all", "show_all", is_flag=True, help="list every entry (default: the first 50 per side)")
+@click.command(name="ls")
+@click.option("--backend")
+@click.option("--model")
+@click.option("--fingerprint", "fingerprint_id")
+@click.option("--captured", is_flag=True, help="list captured sets (runtime compiles written back), not entries")
 @catalog_option
 @json_option
-def diff(a: str | None, b: str | None, use_host: bool, sets: tuple[str, ...], backend: str | None,
-         config_path: str | None, device: str | None, pairs: tuple[str, ...], workers: int, show_all: bool,
-         catalog_url: str | None, as_json: bool) -> None:
-    """Fields, entries and rebuild cost between two toolchains.
+def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, captured: bool, catalog_url: str | None,
+        as_json: bool) -> None:
+    """List cached entries (from the catalog). --json: one JSON object per line, streamed."""
+    from ..manifest import KIND_CAPTURED, KIND_ENTRY
 
-    \b
-    cachekeeper diff A B                      two fingerprint ids (or unique prefixes) in the catalog
-    cachekeeper diff --host B                 this host's toolchain against fingerprint B
-    cachekeeper diff --set torch=2.14.0 ...   this host's toolchain against a what-if upgrade
-    """
-    from ..catalog import views
-    from ..errors import UsageError
-    from ..inspection.diff import plan_diff, render_text, resolve_prefix, with_overrides
-
-    positional = [x for x in (a, b) if x]
-    if sets and (use_host or positional):
-        raise UsageError("--set compares this host with a what-if; it takes no fingerprint ids and no --host")
-    want = 1 if use_host else 0 if sets else 2
-    if len(positional) != want:
-        raise UsageError({2: "diff needs two fingerprint ids (A B), or --host B, or --set FIELD=VALUE",
-                          1: "--host compares this host with one fingerprint id: diff --host B",
-                          0: "--set takes no fingerprint ids"}[want])
-    config = _load_config(config_path)
-    with open_readonly(catalog_url, config) as catalog, views.reading(catalog) as conn:
-        ids = [resolve_prefix(p, views.fingerprint_ids(conn, p.strip().lower())) for p in positional]
-        resolved: list[Fingerprint] = [fp for fp in (views.fingerprint(conn, i) for i in ids) if fp is not None]
-        if use_host or sets:
-            name = backend or (resolved[0].backend if resolved else _pick_backend(config, None))
-            host = _local_toolchain(config, name, pairs, device)[1]
-            resolved = [host, with_overrides(host, sets)] if sets else [host, *resolved]
-        fa, fb = resolved
-        if fa.backend != fb.backend:
-            raise UsageError(f"{fa.id} is a {fa.backend} toolchain and {fb.id} a {fb.backend} one",
-                             "compare toolchains of one backend")
-        report = plan_diff(fa, fb, views.entries_only_in(conn, fa.id, fb.id), views.entries_only_in(conn, fb.id, fa.id),
-                           workers=workers)
-    if as_json:
-        click.echo(json.dumps(report.to_dict()))
-        return
-    for line in render_text(report, limit=None if show_all else 50):
-        click.echo(line)
+    with opened_catalog(catalog_url, None) as catalog:
+        if captured and not as_json:
+            _ls_captured(catalog, fingerprint_id, backend, model)
+        else:
+            _ls_stream(catalog, fingerprint_id, backend, model, KIND_CAPTURED if captured else KIND_ENTRY, as_json)
 
 
-# --- explain -----------------------------------------------------------------------------------------
+def _ls_stream(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None, kind: str,
+               as_json: bool) -> None:
+    """Entries written as the database hands them over, in batches (catalog/listing.py): constant memory."""
+    from ..catalog.listing import written
+
+    lines = catalog.listing(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind, as_json=as_json)
+    n = written(lines, sys.stdout)
+    sys.stdout.flush()
+    if not as_json:
+        say(f"{n} entries")
+
+
+def _ls_captured(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None) -> None:
+    from ..manifest import KIND_CAPTURED
+
+    rows = catalog.find(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=KIND_CAPTURED)
+    for r in rows:
+        click.echo(f"{r.fingerprint_id}  {r.name}  {r.backend:<8} captured  {r.total_size / 1e6:8.1f} MB  "
+                   f"{r.file_count} files  host {r.build.get('host', '?')} at {r.build.get('time', '?')}")
+    say(f"{len(rows)} captured sets")
 
 
 @click.command()
-@click.argument("entry", required=False, metavar="[KEY]")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--model", help="the entry's model (with --shape), instead of KEY")
-@click.option("--shape", metavar="HxWxB", help="the entry's shape, with --model")
+@catalog_option
+@json_option
+def stats(catalog_url: str | None, as_json: bool) -> None:
+    """Entries and sizes per toolchain (from the catalog)."""
+    with opened_catalog(catalog_url, None) as catalog:
+        rows = catalog.fingerprints()
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in rows], default=str))
+        return
+    for r in rows:
+        click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.captured:5d} captured  "
+                   f"{r.total_size / 1e6:10.1f} MB")
+
+
+@click.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--backend")
-@click.option("--device", help="device the inference runs on (cpu, cuda), for the fingerprint")
-@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
+@click.option("--device")
+@click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--fingerprint", "fingerprint_id", help="check another toolchain's coverage (default: this host's)")
 @store_option
 @catalog_option
 @click.option("--no-catalog", is_flag=True, help="ask the store instead of the catalog")
 @json_option
-def explain(entry: str | None, config_path: str, model: str | None, shape: str | None, backend: str | None,
-            device: str | None, pairs: tuple[str, ...], store_url: str | None, catalog_url: str | None,
-            no_catalog: bool, as_json: bool) -> None:
-    """Would this host hit an entry of CONFIG? On a miss: the nearest built toolchains, the fields that
-    differ and a hint for each. Exits 1 when an entry would miss."""
-    from ..inspection.explain import Explanation, explain_entry, explain_from_store
-
-    config = _load_config(config_path)
-    assert config is not None
-    name = _pick_backend(config, backend)
-    host = _local_toolchain(config, name, pairs, device)[1]
-    chosen = _choose_entries(config.entries({name}), entry, model, shape, config.source)
-    labels = {e.spec.key: e.spec.label() for e in chosen}
-    results: list[Explanation]
+def coverage(config_path: str, backend: str | None, device: str | None, pairs: tuple[str, ...],
+             fingerprint_id: str | None, store_url: str | None, catalog_url: str | None, no_catalog: bool,
+             as_json: bool) -> None:
+    """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
+    config = required_config(config_path)
+    names = [backend] if backend else sorted({b for m in config.models for b in m.backends})
+    fp_ids = {n: fingerprint_id or toolchain(config, n, pairs, device).fingerprint.id for n in names}
     if no_catalog:
-        results = explain_from_store(_store(store_url, config), host, list(labels), labels)
+        with opened_store(store_url, config) as store:
+            rows, captured = _coverage(config, fp_ids, store=store)
     else:
-        from ..catalog import views
-        with open_readonly(catalog_url, config) as catalog, views.reading(catalog) as conn:
-            results = [explain_entry(host, k, label, views.holders(conn, k)) for k, label in labels.items()]
-    for r in results:
-        if as_json:
-            click.echo(json.dumps(r.to_dict()))   # one JSON line per entry
-        else:
-            for line in r.lines():
-                click.echo(line)
-    if any(not r.hit for r in results):
+        with opened_catalog(catalog_url, config) as catalog:
+            rows, captured = _coverage(config, fp_ids, catalog=catalog)
+    missing = [r for r in rows if not r["built"]]
+    if as_json:
+        click.echo(json.dumps({"entries": rows, "missing": len(missing), "captured": captured}))
+    else:
+        for r in rows:
+            state = "built  " if r["built"] else "MISSING"
+            click.echo(f"{state}  {r['fingerprint_id']}  {r['key'][:12]}  {r['entry']}")
+        for fp_id, n in sorted(captured.items()):
+            if n:
+                click.echo(f"captured {fp_id}  {n} sets of runtime compiles (`cachekeeper ls --captured`)")
+    say(f"coverage: {len(rows) - len(missing)}/{len(rows)} entries built"
+        + (f", {sum(captured.values())} captured sets" if any(captured.values()) else ""))
+    if missing:
         sys.exit(1)
 
 
-def _choose_entries(entries: list[PlannedEntry], key: str | None, model: str | None, shape: str | None,
-                    source: str) -> list[PlannedEntry]:
-    from ..errors import UsageError
+def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None = None,
+              store: Store | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(a row per entry and backend, captured sets per fingerprint: runtime compiles the config does not
+    prebuild), from the one catalog or store the command opened."""
+    from ..presence import captured_sets, look_up
 
-    if key is not None and (model or shape):
-        raise UsageError("name the entry by KEY or by --model/--shape, not both")
-    if key is not None:
-        found = [e for e in entries if e.spec.key.startswith(key.strip().lower())]
-        if len(found) > 1:
-            raise UsageError(f"entry key prefix {key!r} matches {len(found)} entries of {source}",
-                             "give more characters of the key (`cachekeeper validate CONFIG` lists them)")
-    elif model:
-        found = [e for e in entries if e.spec.model == model and (shape is None or e.spec.shape.label() == shape)]
-    else:
-        raise UsageError("which entry? pass its KEY, or --model M [--shape HxWxB]")
-    if not found:
-        what = f"key {key!r}" if key is not None else f"model {model!r}" + (f" with shape {shape}" if shape else "")
-        raise UsageError(f"{source} has no entry with {what}", "`cachekeeper validate CONFIG` lists its entries")
-    return found
-
-
-# --- dashboard ---------------------------------------------------------------------------------------
+    rows: list[dict[str, Any]] = []
+    captured: dict[str, int] = {}
+    for name, fp_id in fp_ids.items():
+        entries = config.entries({name})
+        presence = look_up(fp_id, [e.spec.key for e in entries], catalog=catalog, store=store)
+        captured[fp_id] = captured_sets(fp_id, catalog=catalog, store=store)
+        rows += [{"backend": name, "fingerprint_id": fp_id, "key": e.spec.key, "entry": e.spec.label(),
+                  "built": presence.is_built(e.spec.key)} for e in entries]
+    return rows, captured
 
 
 @click.command()
@@ -167,7 +155,7 @@ def dashboard(catalog_url: str | None, host: str, port: int, root_path: str) -> 
 
     from ..dashboard.app import create_app
 
-    catalog = open_readonly(catalog_url)   # fail now, in one line, rather than on the first request
+    catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front",
                    err=True)

@@ -180,6 +180,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                     raise
                 report.incomplete = exc.message  # nothing placed: the server compiles what it needs
                 return _finish(report, t0, budget)
+            stack.callback(store.close)   # the store this run opened: its clients and pools go with it
             plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker())
             # Only the roots this run writes to are created, marked live and swept.
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
@@ -233,7 +234,11 @@ def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint,
                       models: set[str] | None, report: HydrateReport, require_all: bool,
                       trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest]]:
     store = open_store()
-    return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget)
+    try:
+        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget)
+    except BaseException:
+        store.close()   # nothing to hydrate, a store error: the caller never sees this store to close it
+        raise
 
 
 def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: int) -> str:

@@ -160,7 +160,11 @@ def explain_misses(open_store: Callable[[], Store], host: Fingerprint, names: Se
     """Hydrate's `--json` hook: the same explanation `cachekeeper explain` prints, for each missed entry.
     Informative only: a store failure here yields its one-line message, never a failed boot."""
     try:
-        return [e.to_dict() for e in explain_from_store(open_store(), host, names, labels)]
+        store = open_store()
+        try:
+            return [e.to_dict() for e in explain_from_store(store, host, names, labels)]
+        finally:
+            store.close()
     except CachekeeperError as exc:
         return f"unavailable: {exc.message}"
 

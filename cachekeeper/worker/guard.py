@@ -1,7 +1,7 @@
 """The build subprocess's guard: it dies with the worker and takes the whole build with it.
 
-`run_build` starts this file as a script (`python -I -S guard.py PARENT_PID ARGV...`), the leader of a new
-process group. It asks the kernel for SIGTERM when its parent dies (PR_SET_PDEATHSIG, Linux), runs the
+`run_build_process` starts this file as a script (`python -I -S guard.py PARENT_PID ARGV...`), the leader
+of a new process group. It asks the kernel for SIGTERM when its parent dies (PR_SET_PDEATHSIG, Linux), runs the
 build in the same group, and on SIGTERM/SIGHUP kills the whole group (the compiler's own workers too).
 So a worker killed with SIGKILL leaves no compile running. Stdlib only, no cachekeeper import: it must
 start in milliseconds and never import what the build does not need.

@@ -5,7 +5,7 @@ number of workers on any number of machines build each (toolchain, entry) once, 
 entry is claimable again within about one lease. Without one, the worker walks its plan (or its
 `--shard`) alone. `build.workers` runs that many builds at once, each on its own devices.
 
-What is built already is decided catalog first: an entry the catalog indexes costs no store request
+What is built already is `presence.py`'s answer: an entry the catalog indexes costs no store request
 (`verify_store` checks the store too); without a catalog, one listing per toolchain answers it.
 """
 
@@ -30,13 +30,14 @@ from ..config import Config, PlannedEntry
 from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
 from ..manifest import Manifest, manifest_key
+from ..presence import look_up
 from ..publish import publish
 from ..spec import EntrySpec
 from ..stores.base import Store
 from . import payload
 from .devices import slot_envs
 from .lease import Heartbeat, LeaseSettings
-from .runner import run_build
+from .runner import run_build_process
 from .shard import Shard, split
 from .workdirs import sweep_stale, workdir
 
@@ -132,35 +133,24 @@ def _outcome(entry: PlannedEntry, tc: Toolchain, status: str, seconds: float = 0
 
 def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
                 *, verify_store: bool = False) -> tuple[list[PlannedEntry], list[Outcome]]:
-    """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request."""
+    """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request.
+    When the store was asked too, the index is repaired to match it (the bucket is the source of truth)."""
     todo: list[PlannedEntry] = []
     present: list[Outcome] = []
     by_fp: dict[str, list[PlannedEntry]] = {}
     for e in entries:
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
-        keys = [key_of(e.spec) for e in group]
-        indexed = catalog.digests(fp_id, keys) if catalog is not None else {}
-        stored: set[str] | None = None
-        if catalog is None or verify_store:
-            # One listing of the toolchain's manifests, not a HEAD per entry.
-            prefix = f"manifests/{fp_id}/"
-            stored = {k[len(prefix):-len(".json")] for k in store.list(prefix) if k.endswith(".json")}
+        presence = look_up(fp_id, [key_of(e.spec) for e in group], catalog=catalog, store=store,
+                           verify_store=verify_store)
+        if catalog is not None:
+            for key in presence.unindexed:     # in the store, not yet in the index
+                _index(store, catalog, manifest_key(fp_id, key))
+            for digest in presence.stale.values():   # an index row whose manifest is gone (gc, repair): rebuild it
+                catalog.forget(digest)
         for e in group:
-            tc, key = tcs[e.spec.backend], key_of(e.spec)
-            if stored is None:
-                built = key in indexed
-            elif key in stored:
-                built = True
-                if catalog is not None and key not in indexed:   # in the store, not yet in the index
-                    _index(store, catalog, manifest_key(fp_id, key))
-            else:
-                built = False
-                if key in indexed:   # an index row whose manifest is gone (gc, repair): rebuild it
-                    assert catalog is not None
-                    catalog.forget(indexed[key])
-            if built:
-                present.append(_outcome(e, tc, "present"))
+            if presence.is_built(key_of(e.spec)):
+                present.append(_outcome(e, tcs[e.spec.backend], "present"))
             else:
                 todo.append(e)
     return todo, present
@@ -233,7 +223,7 @@ def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Ca
                        result_path=str(wd / "result.json"))
         cmd = tc.backend.build_command(job)
         cmd.env.update(env or {})
-        res = run_build(cmd, timeout=timeout, log_path=wd / "build.log", cwd=wd, stop=stop)
+        res = run_build_process(cmd, timeout=timeout, log_path=wd / "build.log", cwd=wd, stop=stop)
         if res.stopped or (stop is not None and stop.is_set()):
             return None
         if not res.ok:

@@ -60,9 +60,9 @@ def guarded_argv(argv: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), *argv]
 
 
-def run_build(cmd: BuildCommand, *, timeout: float, log_path: Path, cwd: Path,
-              on_tick: Callable[[], object] | None = None, tick_s: float = 10.0,
-              stop: threading.Event | None = None, poll_s: float = 0.25) -> RunResult:
+def run_build_process(cmd: BuildCommand, *, timeout: float, log_path: Path, cwd: Path,
+                      on_tick: Callable[[], object] | None = None, tick_s: float = 10.0,
+                      stop: threading.Event | None = None, poll_s: float = 0.25) -> RunResult:
     """Run `cmd`; `on_tick` is called every `tick_s` while it runs; setting `stop` kills the build."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:

@@ -1,0 +1,148 @@
+"""What a hydrate asks for, settled before any download: the backend, this host's toolchain (fingerprint
+and options), the wanted pins and the destination.
+
+    config or lockfile ─▶ backend ─▶ host toolchain ─▶ pins (config entries, lockfile, or None: list) ─▶ dest
+
+The CLI (`hydrate`, `env`, `capture`, `lock`, `coverage`, `explain`, `diff`) and the Python API (`api.py`)
+resolve through these functions, so the two cannot drift apart. Light like the rest of the boot path:
+backends and signing are imported only when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import BackendUnavailable, ConfigError, ToolchainMismatch, UsageError
+from ..manifest import KIND_ENTRY
+from .resolve import Pin, read_lockfile
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..config import Config, PlannedEntry
+    from ..fingerprint import Fingerprint
+    from ..signing import PublicKey
+    from ..stores.base import Store
+
+
+@dataclass(frozen=True)
+class HostToolchain:
+    """One backend as this host would run it: the fingerprint its artifacts must carry."""
+
+    name: str
+    backend: Backend
+    fingerprint: Fingerprint
+    options: dict[str, str]
+
+
+@dataclass(frozen=True)
+class HydrateRequest:
+    config: Config | None
+    toolchain: HostToolchain
+    pins: list[Pin] | None       # None: every entry the store has for this toolchain
+    dest: Path
+
+
+def load_config(path: str | PathLike[str] | None) -> Config | None:
+    if path is None:
+        return None
+    from ..config import load_config as load
+
+    return load(str(path))
+
+
+def pick_backend(config: Config | None, backend: str | None) -> str:
+    """The named backend, or the config's only one; several or none is a usage error."""
+    if backend:
+        return backend
+    names = sorted({b for m in config.models for b in m.backends}) if config else []
+    if len(names) == 1:
+        return names[0]
+    raise UsageError("which backend? name one" + (f" (the config names {', '.join(names)})" if names else ""))
+
+
+def backend_options(config: Config | None, backend: str, options: Mapping[str, str] | None = None,
+                    device: str | None = None) -> dict[str, str]:
+    """The config's options for `backend`, overridden by `options`, then by `device`."""
+    merged = config.options_for(backend) if config else {}
+    merged.update(options or {})
+    if device:
+        merged["device"] = device
+    return merged
+
+
+def host_toolchain(config: Config | None, name: str, options: Mapping[str, str] | None = None,
+                   device: str | None = None) -> HostToolchain:
+    """This host's toolchain for backend `name`; a backend that cannot run here is an error, not a miss."""
+    from ..backends import get_backend
+
+    backend = get_backend(name)
+    opts = backend_options(config, name, options, device)
+    reason = backend.unavailable_reason(opts)
+    if reason:
+        raise BackendUnavailable(f"backend {name} is not usable on this host: {reason}")
+    return HostToolchain(name, backend, backend.fingerprint(opts), opts)
+
+
+def only_shapes(entries: list[PlannedEntry], shapes: Sequence[str], source: str) -> list[PlannedEntry]:
+    """Keep entries of the named shapes; a shape the config does not declare is an error, not a miss."""
+    if not shapes:
+        return entries
+    declared = sorted({e.spec.shape.label() for e in entries})
+    unknown = [s for s in shapes if s not in declared]
+    if unknown:
+        raise ConfigError(f"{source} declares no shape {', '.join(unknown)} (it declares {', '.join(declared)})",
+                          "add the shape to the config and prebuild it; static-shape backends compile per shape",
+                          path=source)
+    return [e for e in entries if e.spec.shape.label() in shapes]
+
+
+def trusted_keys(keys: Sequence[str]) -> tuple[PublicKey, ...]:
+    if not keys:
+        return ()
+    from ..signing import PublicKey
+
+    return tuple(PublicKey.parse(k) for k in keys)
+
+
+def default_dest(name: str, fingerprint: Fingerprint) -> Path:
+    """Per-toolchain dir under the cachekeeper home: two toolchains never share (or fight over) one."""
+    from ..stores import default_home
+
+    return default_home() / "hydrated" / f"{name}-{fingerprint.id}"
+
+
+def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
+    """Opens the named store, else the config's, else the default; never creates one (a reader's typo
+    must not make an empty bucket dir). Called late, so a no-op hydrate opens nothing."""
+    def open_it() -> Store:
+        from ..stores import open_store
+
+        return open_store(url or (config.store if config else None), create=False)
+
+    return open_it
+
+
+def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,
+                    models: Sequence[str] = (), shapes: Sequence[str] = (), device: str | None = None,
+                    options: Mapping[str, str] | None = None,
+                    dest: str | PathLike[str] | None = None) -> HydrateRequest:
+    """A lockfile pins exact manifests (and names its backend and toolchain, which must be this host's);
+    a config names entries (optionally only some models and shapes); neither lists the store."""
+    pins: list[Pin] | None = None
+    locked_fp = None
+    if lockfile is not None:
+        backend, locked_fp, pins = read_lockfile(Path(lockfile))
+    tc = host_toolchain(config, pick_backend(config, backend), options, device)
+    if locked_fp is not None and locked_fp != tc.fingerprint.id:
+        raise ToolchainMismatch(f"{lockfile} pins toolchain {locked_fp}; this host is {tc.fingerprint.id}",
+                                "regenerate the lockfile on a host like this one (`cachekeeper lock`)",
+                                path=str(lockfile), fingerprint=locked_fp)
+    if config is not None and pins is None:
+        entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
+        pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
+    target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
+    return HydrateRequest(config, tc, pins, target)
