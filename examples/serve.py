@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from torch._dynamo.utils import counters as dynamo_counters
 
-    from cachekeeper.backends._common import load_component
     from cachekeeper.backends.base import ModelRef
+    from cachekeeper.backends.build_main import load_component
     from cachekeeper.backends.inductor import build
     from cachekeeper.spec import Shape
     from cachekeeper.warmup import build_inputs

@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from cachekeeper.backends._common import load_component
 from cachekeeper.backends.base import ModelRef
+from cachekeeper.backends.build_main import load_component
 from cachekeeper.backends.inductor.aot import max_abs_diff
 from cachekeeper.runtime import compile_component
 from cachekeeper.spec import Shape

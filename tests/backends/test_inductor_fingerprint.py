@@ -16,6 +16,8 @@ import pytest
 from cachekeeper.backends import get_backend
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.inductor import InductorBackend, probes
+from cachekeeper.backends.inductor import backend as inductor_backend
+from cachekeeper.backends.toolchain import dist_version
 from cachekeeper.errors import BackendUnavailable
 from cachekeeper.spec import EntrySpec, Shape
 
@@ -149,7 +151,7 @@ def test_compile_options_change_the_id_but_locations_do_not() -> None:
 
 def test_a_matching_version_pin_is_checked_not_a_field() -> None:
     b = backend()
-    torch = probes.dist_version("torch") or ""
+    torch = dist_version("torch") or ""
     pinned = b.fingerprint({**CPU, "torch_version": torch.split("+")[0].rsplit(".", 1)[0]})
     assert pinned.id == b.fingerprint(CPU).id
     assert not any(k.startswith("option.") for k, _ in pinned.fields)
@@ -161,7 +163,7 @@ def test_a_matching_version_pin_is_checked_not_a_field() -> None:
     ({"no_such_dist_version": "1"}, "config pins no-such-dist 1 but it is not installed"),
 ])
 def test_a_version_pin_this_host_does_not_meet_is_refused(pin: dict[str, str], message: str) -> None:
-    if "diffusers_version" in pin and probes.dist_version("diffusers") is None:
+    if "diffusers_version" in pin and dist_version("diffusers") is None:
         pytest.skip("diffusers is not installed")
     with pytest.raises(BackendUnavailable, match=message):
         backend().fingerprint({**CPU, **pin})
@@ -182,7 +184,7 @@ def test_missing_compiler_is_unavailable_with_a_reason() -> None:
 
 
 def test_missing_torch_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probes, "dist_version", lambda name: None)
+    monkeypatch.setattr(inductor_backend, "dist_version", lambda name: None)
     assert backend().unavailable_reason() == "torch is not installed"
 
 

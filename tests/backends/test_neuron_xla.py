@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.backends.base import BuildJob, ModelRef
-from cachekeeper.backends.neuron_xla import NeuronXlaBackend, import_xla_cache
+from cachekeeper.backends.neuron_xla import NeuronXlaBackend
+from cachekeeper.backends.neuron_xla.build import import_xla_cache
 from cachekeeper.errors import BackendUnavailable, BuildFailed
 from cachekeeper.spec import EntrySpec, Shape
 from tests.simulated.harness import clear_device_env, files_under, install, run_build

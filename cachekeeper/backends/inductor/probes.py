@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import getpass
 import hashlib
-import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -20,6 +19,8 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from ..toolchain import dist_version
 
 # TORCHINDUCTOR_* / TORCH_COMPILE_* variables that cannot change compiled output: where caches live,
 # whether they are used, parallelism of the compile itself, timeouts, logging and profiling sinks.
@@ -57,13 +58,6 @@ def torch_origin() -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return str(Path(next(iter(spec.submodule_search_locations))).resolve())
-
-
-def dist_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def torch_cuda_version() -> str:

@@ -19,26 +19,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import ClassVar
 
-from ...fingerprint import Fingerprint
 from .. import MODES
-from .._common import (
-    PackagedBackend,
-    cache_workdir,
-    choose,
-    env_fields,
-    module_command,
-    non_empty,
-    normalize_flags,
-    option_fields,
-    require_choice,
-)
-from ..base import CACHE_ROOT, BuildCommand, BuildJob
+from ..base import BuildJob
+from ..toolchain import DeviceBackend, DeviceToolchain, cache_workdir, choose, normalize_flags, require_choice
 from . import probes
 
-BUILD_MODULE = "cachekeeper.backends.neuron.build"
 DISTS = ("torch", "torch-neuronx", "neuronx-cc")
 INSTALL_HINT = "pip install torch-neuronx neuronx-cc from the Neuron pip repository"
 DEFAULT_CACHE_DIR = "/tmp/neff_cache"
@@ -52,10 +39,16 @@ KNOBS: dict[str, tuple[str, str]] = {
     "opt_level": ("NEURON_COMPILER_OPT_LEVEL", "default"),
     "cc_flags": ("NEURON_CC_FLAGS", ""),
 }
-OTHER_ENV = ("NEURON_RT_VIRTUAL_CORE_SIZE", "TORCH_NEURONX_COMPLEX_DECOMPOSE")
 
-# <k0k1>/<k2k3>/<32 hex key>.neff, the shard dirs being the key's first two byte pairs.
-_NEFF = re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/\1\2[0-9a-f]{28}\.neff")
+TOOLCHAIN = DeviceToolchain(
+    package="torch_neuronx", device="neuron", compile_backend="neuron", dist_backend="neuron",
+    eager_modes=("eager",), build_module="cachekeeper.backends.neuron.build",
+    # <k0k1>/<k2k3>/<32 hex key>.neff, the shard dirs being the key's first two byte pairs. The runtime
+    # writes `.tmp.XXXXXX` temps beside them and keeps its locks elsewhere.
+    artifact=re.compile(r"([0-9a-f]{2})/([0-9a-f]{2})/\1\2[0-9a-f]{28}\.neff"),
+    knobs=KNOBS, other_env=("NEURON_RT_VIRTUAL_CORE_SIZE", "TORCH_NEURONX_COMPLEX_DECOMPOSE"),
+    cache_off={DISABLE_ENV: None},
+)
 
 
 def knob_values(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -67,24 +60,20 @@ def knob_values(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str,
     return values
 
 
-class NeuronBackend(PackagedBackend):
-    dists: ClassVar[tuple[str, ...]] = DISTS
-    install_hint: ClassVar[str] = INSTALL_HINT
+class NeuronBackend(DeviceBackend):
     name: ClassVar[str] = "neuron"
     env_var: ClassVar[str] = "TORCH_NEURONX_NEFF_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = MODES["neuron"]
     default_cache_dir: ClassVar[str | None] = DEFAULT_CACHE_DIR
+    dists: ClassVar[tuple[str, ...]] = DISTS
+    install_hint: ClassVar[str] = INSTALL_HINT
+    toolchain: ClassVar[DeviceToolchain] = TOOLCHAIN
 
-    def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
-        versions = self.versions(options)
+    def knob_fields(self, options: Mapping[str, str]) -> dict[str, str]:
         knobs = knob_values(options, self.env)
         if "target" in options:
             require_choice(self.name, "target", knobs["target"], probes.TARGETS)
-        fields: dict[str, str] = {d.replace("-", "_"): v for d, v in versions.items()}
-        fields.update(knobs)
-        fields.update(env_fields(self.env, OTHER_ENV))
-        fields.update(option_fields(options, frozenset(KNOBS)))
-        return Fingerprint.of(self.name, fields)
+        return knobs
 
     def env_warnings(self, options: Mapping[str, str]) -> list[str]:
         env, out = self.env, []
@@ -102,24 +91,8 @@ class NeuronBackend(PackagedBackend):
                 out.append(f"config {option}={options[option]!r} but {var}={env[var]!r}: the runtime follows {var}")
         return out
 
-    def include(self, root: str, relpath: str, path: Path) -> bool:
-        # Only NEFFs at their sharded path: the runtime writes `.tmp.XXXXXX` temps beside them and keeps its
-        # locks elsewhere; an empty NEFF is a miss to the runtime, so it is not worth shipping.
-        return root == CACHE_ROOT and _NEFF.fullmatch(relpath) is not None and non_empty(path)
-
-    def build_command(self, job: BuildJob) -> BuildCommand:
-        self.versions(job.options)
-        env = {
-            self.env_var: job.roots[CACHE_ROOT],
-            LOCAL_CACHE_ENV: str(cache_workdir(job) / "neff_locks"),
-            # Import torch_neuronx explicitly (build.py) rather than through autoload: one device package
-            # per build, whatever else is installed.
-            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-        }
-        env.update({var: job.options[k] for k, (var, _) in KNOBS.items() if job.options.get(k)})
-        cmd = module_command(BUILD_MODULE, job, env)
-        cmd.env.pop(DISABLE_ENV, None)  # a build exists to fill the cache
-        return cmd
+    def build_env(self, job: BuildJob) -> dict[str, str]:
+        return {LOCAL_CACHE_ENV: str(cache_workdir(job) / "neff_locks")}
 
     # build.workers: each build gets a range of NeuronCores (NEURON_RT_VISIBLE_CORES="first-last").
     device_unit: ClassVar[str] = "NeuronCore"

@@ -20,164 +20,86 @@ Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not r
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from ...errors import BackendUnavailable
-from ...fingerprint import Fingerprint
 from .. import MODES
-from .._common import (
-    PackagedBackend,
-    choose,
-    env_fields,
-    module_command,
-    non_empty,
-    normalize_flags,
-    option_fields,
-    require_choice,
-)
-from ..base import CACHE_ROOT, BuildCommand, BuildJob
+from ..base import BuildJob
+from ..toolchain import DeviceBackend, DeviceToolchain, require_choice
+from . import probes
+from .probes import TIER2_ENV, TIER2_INTERNAL_ENV
 
-BUILD_MODULE = "cachekeeper.backends.tpu.build"
 DISTS = ("torch", "torch-tpu", "libtpu")
 INSTALL_HINT = "pip install torch_tpu libtpu from TorchTPU's release channel"
 CHIPS = ("v6e", "v7x")
-UNKNOWN = "unknown"
-TIER2_ENV = "TORCH_TPU_TIER2_COMPILATION_CACHE"
-TIER2_INTERNAL_ENV = "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE"
 DEFER_ENV = "TORCH_TPU_DEFER_AND_FUSE"
-ACCELERATOR_ENVS = ("ACCELERATOR_TYPE", "TPU_ACCELERATOR_TYPE")
-TOPOLOGY_ENVS = ("TPU_TOPOLOGY", "TORCH_TPU_TOPOLOGY")
 
 # option -> (env var the runtime reads, default); each is one fingerprint field.
 KNOBS: dict[str, tuple[str, str]] = {
     "xla_flags": ("XLA_FLAGS", ""),
     "libtpu_init_args": ("LIBTPU_INIT_ARGS", ""),
 }
-OTHER_ENV = ("TORCH_TPU_INTERNAL_XLA_OPTIONS",)
-FIELD_OPTIONS = frozenset({*KNOBS, "chip", "topology", "pjrt_platform_version"})
 
-_ENTRY = re.compile(r"[0-9a-f]{16}/[0-9a-f]{16}(_[0-9a-f]{16}){1,2}\.bin")
-# Cloud names some generations differently from their marketing name.
-_CHIP_ALIASES = {"v5litepod": "v5e", "v6lite": "v6e"}
-
-
-def accelerator_type(env: Mapping[str, str]) -> str:
-    return next((env[v].strip() for v in ACCELERATOR_ENVS if env.get(v, "").strip()), "")
-
-
-def chip_of(accelerator: str) -> str:
-    """'v6e-8' -> 'v6e'; 'v5litepod-16' -> 'v5e'; '' -> 'unknown'."""
-    if not accelerator:
-        return UNKNOWN
-    gen = accelerator.lower().split("-", 1)[0]
-    return _CHIP_ALIASES.get(gen, gen)
+TOOLCHAIN = DeviceToolchain(
+    package="torch_tpu", device="tpu", compile_backend="tpu", dist_backend="tpu_dist",
+    eager_modes=("eager", "defer_and_fuse"), build_module="cachekeeper.backends.tpu.build",
+    # Entries only: the runtime's temps are `<entry>.bin.<host>-<tid>-<pid>-<us>.<n>.tmp`.
+    artifact=re.compile(r"[0-9a-f]{16}/[0-9a-f]{16}(_[0-9a-f]{16}){1,2}\.bin"),
+    knobs=KNOBS, other_env=("TORCH_TPU_INTERNAL_XLA_OPTIONS",),
+    # A build must write tier 3, which needs tier 2: it drops a host setting that disables it.
+    cache_off={TIER2_ENV: "disabled", TIER2_INTERNAL_ENV: "disabled"},
+)
 
 
-def topology(options: Mapping[str, str], env: Mapping[str, str]) -> str:
-    if options.get("topology"):
-        return options["topology"]
-    found = next((env[v].strip() for v in TOPOLOGY_ENVS if env.get(v, "").strip()), "")
-    return found or accelerator_type(env) or UNKNOWN
-
-
-def libtpu_binary_id() -> str:
-    """libtpu.so's sha256 as its wheel's RECORD lists it: the binary that reports the PjRt platform version."""
-    try:
-        files = importlib.metadata.files("libtpu") or []
-    except importlib.metadata.PackageNotFoundError:
-        return UNKNOWN
-    for f in files:
-        if f.name == "libtpu.so" and f.hash is not None:
-            return f"libtpu.so:{f.hash.mode}={f.hash.value}"
-    return UNKNOWN
-
-
-def tier2_disabled_by(env: Mapping[str, str]) -> str | None:
-    """The variable that turns tier 2 (and so tier 3) off, if any; the public one wins when both are set."""
-    if TIER2_ENV in env:
-        return TIER2_ENV if env[TIER2_ENV] == "disabled" else None
-    return TIER2_INTERNAL_ENV if env.get(TIER2_INTERNAL_ENV) == "disabled" else None
-
-
-class TPUBackend(PackagedBackend):
-    dists: ClassVar[tuple[str, ...]] = DISTS
-    install_hint: ClassVar[str] = INSTALL_HINT
+class TPUBackend(DeviceBackend):
     name: ClassVar[str] = "tpu"
     env_var: ClassVar[str] = "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"
     modes: ClassVar[tuple[str, ...]] = MODES["tpu"]
     default_cache_dir: ClassVar[str | None] = None  # unset: tier 3 is off
+    dists: ClassVar[tuple[str, ...]] = DISTS
+    install_hint: ClassVar[str] = INSTALL_HINT
+    toolchain: ClassVar[DeviceToolchain] = TOOLCHAIN
+    field_options: ClassVar[frozenset[str]] = frozenset({"chip", "topology", "pjrt_platform_version"})
 
-    def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
-        versions = self.versions(options)
-        env = self.env
-        chip = options.get("chip") or chip_of(accelerator_type(env))
+    def toolchain_fields(self, options: Mapping[str, str]) -> dict[str, str]:
+        chip = options.get("chip") or probes.chip_of(probes.accelerator_type(self.env))
         if "chip" in options:
             require_choice(self.name, "chip", chip, CHIPS)
-        fields: dict[str, str] = {d.replace("-", "_"): v for d, v in versions.items()}
-        fields.update({
-            "pjrt_platform": options.get("pjrt_platform_version") or libtpu_binary_id(),
-            "chip": chip,
-            "topology": topology(options, env),
-        })
-        fields.update({k: normalize_flags(choose(options, k, env, var, d)) for k, (var, d) in KNOBS.items()})
-        fields.update(env_fields(env, OTHER_ENV))
-        fields.update(option_fields(options, FIELD_OPTIONS))
-        return Fingerprint.of(self.name, fields)
+        return {"pjrt_platform": options.get("pjrt_platform_version") or probes.libtpu_binary_id(),
+                "chip": chip, "topology": probes.topology(options, self.env)}
 
     def env_warnings(self, options: Mapping[str, str]) -> list[str]:
         env, out = self.env, []
-        if var := tier2_disabled_by(env):
+        if var := probes.tier2_disabled_by(env):
             out.append(f"{var}=disabled turns off tier 2 and with it tier 3: hydrated artifacts are never read")
         root = env.get(self.env_var, "")
         if root.startswith("gs://"):
             out.append(f"{self.env_var}={root}: hydrate fills a local dir; point the runtime at it instead")
         if env.get(DEFER_ENV, env.get("TPU_DEFER_AND_FUSE")) == "1":
             out.append(f"{DEFER_ENV}=1: eager runs defer and fuse, so only defer_and_fuse entries are used")
-        if "chip" not in options and chip_of(accelerator_type(env)) == UNKNOWN:
+        if "chip" not in options and probes.chip_of(probes.accelerator_type(env)) == probes.UNKNOWN:
             out.append("chip unknown (ACCELERATOR_TYPE unset): set backend_options.tpu.chip (v6e|v7x)")
         return out
 
     def env_exports(self, dest: Path) -> dict[str, str]:
-        if var := tier2_disabled_by(self.env):
+        if var := probes.tier2_disabled_by(self.env):
             raise BackendUnavailable(f"tpu: {var}=disabled turns off tier 2, and tier 3 (the hydrated cache) with it",
                                      f"unset {var} before the server starts")
         return {self.env_var: str(dest)}
 
-    def include(self, root: str, relpath: str, path: Path) -> bool:
-        # Entries only: the runtime's temps are `<entry>.bin.<host>-<tid>-<pid>-<us>.<n>.tmp`.
-        return root == CACHE_ROOT and _ENTRY.fullmatch(relpath) is not None and non_empty(path)
-
-    def build_command(self, job: BuildJob) -> BuildCommand:
-        self.versions(job.options)
-        env = {
-            self.env_var: job.roots[CACHE_ROOT],
-            # defer_and_fuse is its own entry mode; every other mode runs strict eager around its graphs.
-            DEFER_ENV: "1" if job.spec.mode == "defer_and_fuse" else "0",
-            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-        }
-        env.update({var: job.options[k] for k, (var, _) in KNOBS.items() if job.options.get(k)})
-        cmd = module_command(BUILD_MODULE, job, env)
-        # A build must write tier 3, which needs tier 2: drop a host setting that disables it.
-        for var in (TIER2_ENV, TIER2_INTERNAL_ENV):
-            if cmd.env.get(var) == "disabled":
-                del cmd.env[var]
-        return cmd
+    def build_env(self, job: BuildJob) -> dict[str, str]:
+        # defer_and_fuse is its own entry mode; every other mode runs strict eager around its graphs.
+        return {DEFER_ENV: "1" if job.spec.mode == "defer_and_fuse" else "0"}
 
     # build.workers: each build is its own single-host TPU process on its own chips (libtpu's
     # multi-process variables; one port per process so their runtimes do not collide).
     device_unit: ClassVar[str] = "TPU chip"
 
     def build_devices(self, options: Mapping[str, str]) -> int | None:
-        if options.get("chips"):
-            return int(options["chips"])
-        visible = self.env.get("TPU_VISIBLE_CHIPS", "")
-        if visible:
-            return len(visible.split(","))
-        return len(list(Path("/dev").glob("accel[0-9]*"))) or len(list(Path("/dev/vfio").glob("[0-9]*")))
+        return probes.chip_count(options, self.env)
 
     def device_env(self, ids: Sequence[int]) -> dict[str, str]:
         port = 8476 + ids[0]

@@ -14,7 +14,7 @@ Not the real package: nothing runs on a NeuronCore. It behaves like the real one
   * process-group backend "neuron" (gloo underneath), so torchrun + init_process_group work.
 
 The one deliberate difference: tensors stay on "cpu" (`SIMULATION.device`), and eager compilation is
-observed only inside `SIMULATION.eager_mode()` (cachekeeper/backends/_common.py: device_runtime).
+observed only inside `SIMULATION.eager_mode()` (cachekeeper/backends/build_main.py: device_runtime).
 """
 
 from __future__ import annotations

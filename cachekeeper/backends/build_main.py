@@ -1,12 +1,10 @@
-"""Helpers shared by the backends: device backends (neuron, tpu, neuron_xla) and, for its build
-subprocess, inductor.
+"""Subprocess side of the backends: what a build does on the device. Runs in a fresh interpreter the
+worker launches (`python -m cachekeeper.backends.<name>.build '<BuildJob json>'`), never in the host CLI.
 
-Two halves with different import budgets:
-  * light (top of the file): versions from `importlib.metadata`, env knobs, version pins, root-aware
-    `include`, build-command assembly. The hydrate path and `doctor` use these; they never import torch.
-  * build (bottom): what a build subprocess does on the device (load the component, tensor parallel,
-    compile in the entry's mode, warm up, count compiles). torch and diffusers are imported inside the
-    functions only.
+Load the component (or the pipeline), shard it for tensor parallel, compile it in the entry's mode, warm
+it up once at the entry's shape, count compiles, and print one `cachekeeper-build: error:` line on failure.
+torch and diffusers are imported inside the functions only. The host side (versions, pins, fingerprints,
+the build command) is `toolchain.py`.
 
 Simulated device packages (tests/simulated/) stand in for torch-neuronx and torch_tpu on hosts without
 the hardware. CPU torch has no "neuron" or "tpu" device, so a simulated package exposes a `SIMULATION`
@@ -17,205 +15,25 @@ that reads it. Real packages have no such attribute and get the real device stri
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
+import importlib
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendUnavailable, BuildFailed, ConfigError
-from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob, ModelRef
+from ..errors import BackendUnavailable, BuildFailed
+from ..spec import ModelRef
+from .base import CACHE_ROOT, BuildJob
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-# --- light: versions and pins ------------------------------------------------------------------------
-
-# Options that are not toolchain knobs: where/what, not how it compiles. `cores` / `chips`: how many
-# devices build.workers may split on this host (a host property, never part of the fingerprint).
-LOCATION_OPTIONS = frozenset({"device", "import_from", "cores", "chips"})
-PIN_SUFFIX = "_version"
-
-
-def dist_version(name: str) -> str | None:
-    """Installed version of a distribution, or None; reads metadata only (no import of the package)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def installed_versions(dists: tuple[str, ...]) -> dict[str, str | None]:
-    return {d: dist_version(d) for d in dists}
-
-
-def _not_installed(versions: Mapping[str, str | None]) -> str | None:
-    missing = [d for d, v in versions.items() if v is None]
-    if not missing:
-        return None
-    return f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
-
-
-def missing_reason(versions: Mapping[str, str | None], hint: str) -> str | None:
-    """'torch-neuronx is not installed (pip install ...)', or None when all are present."""
-    what = _not_installed(versions)
-    return f"{what} ({hint})" if what else None
-
-
-def require_versions(backend: str, dists: tuple[str, ...], hint: str) -> dict[str, str]:
-    versions = installed_versions(dists)
-    if what := _not_installed(versions):
-        raise BackendUnavailable(f"{backend}: {what}", hint)
-    return {d: v for d, v in versions.items() if v is not None}
-
-
-def pin_option(dist: str) -> str:
-    """The config option that pins a distribution: torch-neuronx -> torch_neuronx_version."""
-    return re.sub(r"[-.]", "_", dist.lower()) + PIN_SUFFIX
-
-
-def pin_matches(pin: str, installed: str) -> bool:
-    # "2.22" pins every 2.22.x; "2.22.1.0" pins exactly that build.
-    return installed == pin or installed.startswith(pin + ".") or installed.startswith(pin + "+")
-
-
-def check_pins(backend: str, options: Mapping[str, str], versions: Mapping[str, str | None]) -> None:
-    """A config that pins a version this host does not have is refused: its artifacts would be for another
-    toolchain than the config promises."""
-    for dist, installed in versions.items():
-        pin = options.get(pin_option(dist))
-        if pin is None:
-            continue
-        if installed is None:
-            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but it is not installed")
-        if not pin_matches(pin, installed):
-            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but {installed} is installed",
-                                     f"install {dist}=={pin} or change {pin_option(dist)} in the config")
-
-
-def is_pin(option: str) -> bool:
-    return option.endswith(PIN_SUFFIX)
-
-
-def pinned_versions(options: Mapping[str, str]) -> dict[str, str | None]:
-    """Installed versions of every distribution the options pin (`torch_version`, `diffusers_version`,
-    `pytorch_triton_version`), by the name `pin_option` maps back to the option; None if not installed."""
-    out: dict[str, str | None] = {}
-    for option in filter(is_pin, options):
-        base = option.removesuffix(PIN_SUFFIX)
-        names = (base, base.replace("_", "-"), base.replace("_", "."))
-        found = next(((n, v) for n in names if (v := dist_version(n)) is not None), None)
-        name, version = found if found else (names[1], None)
-        out[name] = version
-    return out
-
-
-# --- light: env knobs --------------------------------------------------------------------------------
-
-
-def normalize_flags(value: str) -> str:
-    """Whitespace-insensitive form of a flags string (order kept: later flags override earlier ones)."""
-    return " ".join(value.split())
-
-
-def env_fields(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    """`env.NAME` fingerprint fields; unset and empty are the same (both mean the runtime default)."""
-    return {f"env.{n}": normalize_flags(env.get(n, "")) for n in names}
-
-
-def option_fields(options: Mapping[str, str], known: frozenset[str]) -> dict[str, str]:
-    """Options no field covers (e.g. warm-up `text_len`) may change the graph: keep them as `option.*`."""
-    return {f"option.{k}": v for k, v in sorted(options.items())
-            if k not in known and k not in LOCATION_OPTIONS and not is_pin(k)}
-
-
-def choose(options: Mapping[str, str], option: str, env: Mapping[str, str], var: str, default: str) -> str:
-    """Config option, else the env var the runtime reads, else the runtime's default."""
-    return options.get(option) or env.get(var) or default
-
-
-def require_choice(backend: str, option: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{backend}: {option} must be one of {', '.join(allowed)}, not {value!r}")
-    return value
-
-
-# --- light: roots ------------------------------------------------------------------------------------
-
-
-class PackagedBackend(Backend):
-    """A backend whose runtime is a set of pip distributions: their versions are fingerprint fields,
-    the config may pin them, and a missing one makes the backend unusable (with an install hint)."""
-
-    dists: ClassVar[tuple[str, ...]]
-    install_hint: ClassVar[str]
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self._env = env  # tests pass one; real use reads the process env at call time
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        return os.environ if self._env is None else self._env
-
-    def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
-        return missing_reason(installed_versions(self.dists), self.install_hint)
-
-    def check_pins(self, options: Mapping[str, str]) -> None:
-        check_pins(self.name, options, installed_versions(self.dists))
-
-    def versions(self, options: Mapping[str, str]) -> dict[str, str]:
-        """Installed versions by distribution, after checking presence and the config's pins."""
-        versions = require_versions(self.name, self.dists, self.install_hint)
-        self.check_pins(options)
-        return versions
-
-
-def non_empty(path: Path) -> bool:
-    """Runtimes treat an empty cache file as a miss, so it is not worth shipping."""
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
-
-
-# --- light: build commands ---------------------------------------------------------------------------
-
-
-def tp_degree(job: BuildJob) -> int:
-    """Tensor-parallel degree: the entry's `tp` option (part of its key), else the model's setting."""
-    raw = dict(job.spec.options).get("tp") or str(job.model.tensor_parallel)
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ConfigError(f"{job.spec.label()}: tp must be an integer, not {raw!r}") from None
-    if n < 1:
-        raise ConfigError(f"{job.spec.label()}: tp must be >= 1, not {n}")
-    return n
-
-
-def module_command(module: str, job: BuildJob, env: Mapping[str, str]) -> BuildCommand:
-    """`python -m module JOB`, or N ranks of it under torchrun when the entry is tensor parallel."""
-    n = tp_degree(job)
-    cmd = Backend.python_module_command(module, job, env)
-    if n == 1:
-        return cmd
-    # --standalone: a private rendezvous on a free local port, so parallel builds never collide.
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-            "-m", module, job.to_json()]
-    return BuildCommand(argv, cmd.env)
-
-
-def cache_workdir(job: BuildJob) -> Path:
-    """The build's workdir: the parent of its cache root (Backend.build_roots puts roots there)."""
-    return Path(job.roots[CACHE_ROOT]).parent
-
-
-# --- build subprocess (imports torch lazily) ---------------------------------------------------------
+    from .toolchain import DeviceBackend, DeviceToolchain
 
 FULL = "full"
 REPEATED_BLOCKS = "repeated_blocks"
@@ -234,20 +52,18 @@ class DeviceRuntime:
     simulated: bool
 
 
-def device_runtime(module: Any, *, device: str, compile_backend: str, dist_backend: str) -> DeviceRuntime:
+def device_runtime(module: Any, tc: DeviceToolchain) -> DeviceRuntime:
     """The runtime of an imported device package. Only simulated packages define `SIMULATION`."""
     sim = getattr(module, "SIMULATION", None)
     if sim is None:
-        return DeviceRuntime(module.__name__, device, compile_backend, dist_backend, contextlib.nullcontext,
-                             None, simulated=False)
-    return DeviceRuntime(module.__name__, sim.device, compile_backend, dist_backend, sim.eager_mode,
+        return DeviceRuntime(module.__name__, tc.device, tc.compile_backend, tc.dist_backend,
+                             contextlib.nullcontext, None, simulated=False)
+    return DeviceRuntime(module.__name__, sim.device, tc.compile_backend, tc.dist_backend, sim.eager_mode,
                          sim.stats, simulated=True)
 
 
 def import_device_package(name: str, backend: str, hint: str) -> Any:
     """Import the device package explicitly (builds run with TORCH_DEVICE_BACKEND_AUTOLOAD=0)."""
-    import importlib
-
     try:
         return importlib.import_module(name)
     except ImportError as exc:
@@ -438,7 +254,7 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
         result = build(job)
     except CachekeeperError as exc:
         print(f"cachekeeper-build: error: {exc.message}", file=sys.stderr)
-        if "hint" in vars(exc):  # its own next step, not the class default meant for the CLI
+        if exc.hint:  # only a raise site's own next step: class hints live in the CLI's table
             print(f"cachekeeper-build: hint: {exc.hint}", file=sys.stderr)
         return 1
     except Exception as exc:
@@ -462,3 +278,17 @@ def _close_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def device_build(backend: DeviceBackend, job: BuildJob) -> dict[str, Any]:
+    """The one build of every device backend: its `toolchain` says which package, device and modes."""
+    import torch  # noqa: F401  (before the device package, as autoload would)
+
+    tc = backend.toolchain
+    rt = device_runtime(import_device_package(tc.package, backend.name, backend.install_hint), tc)
+    return run_build(job, rt, eager_modes=tc.eager_modes, is_artifact=partial(backend.include, CACHE_ROOT))
+
+
+def device_main(backend: DeviceBackend, argv: list[str]) -> int:
+    """The entry point of a device backend's build module (its build.py)."""
+    return build_main(argv, backend.toolchain.build_module, partial(device_build, backend))
