@@ -1,4 +1,4 @@
-"""Expanding a valid config into planned entries: contents, order, defaults, guidance, tp, filters."""
+"""Expanding a valid config into matrix entries: contents, order, defaults, guidance, tp, filters."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.backends.base import ModelRef
 from cachekeeper.config import ModelMatrix, PlannedEntry
 from cachekeeper.errors import ConfigError
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.spec import EntrySpec, ModelRef, Shape
 
 from .util import EXAMPLE, minimal, parse
 
@@ -123,6 +122,23 @@ def test_guidance_doubles_the_compiled_batch() -> None:
     config = parse(minimal("    guidance: true\n    shapes: ['64x64x1', '64x64x3']\n"))
     assert [e.spec.shape for e in config.entries()] == [Shape(64, 64, 2), Shape(64, 64, 6)]
     assert config.models[0].shapes == (Shape(64, 64, 1), Shape(64, 64, 3))   # the matrix keeps what was written
+
+
+def test_the_build_reads_the_guidance_the_key_was_made_with() -> None:
+    # one setting: the matrix's batch doubling and the build's CFG (ModelRef.guidance) cannot disagree
+    (entry,) = parse(minimal("    guidance: true\n    warmup: pipeline\n")).entries()
+    assert entry.model.guidance is True
+    assert dict(entry.spec.options)["guidance"] == "on"
+    matrix = ModelMatrix(model=ModelRef(name="m", component="unet", guidance=True), backends=("inductor",),
+                         modes=("full",), dtypes=("float32",), shapes=(Shape(8, 8),))
+    assert [e.spec.shape for e in matrix.entries()] == [Shape(8, 8, 2)]
+
+
+def test_a_model_ref_built_in_code_with_pipeline_true_still_warms_up_the_pipeline() -> None:
+    matrix = ModelMatrix(model=ModelRef(name="m", component="unet", pipeline=True), backends=("inductor",),
+                         modes=("full",), dtypes=("float32",), shapes=(Shape(8, 8),))
+    (entry,) = matrix.entries()
+    assert dict(entry.spec.options)["warmup"] == "pipeline"
 
 
 def test_guided_batch_one_shares_the_key_of_unguided_batch_two() -> None:
