@@ -11,8 +11,7 @@ import pytest
 from cachekeeper.errors import StoreNotFound
 from cachekeeper.stores import Store, open_store
 from cachekeeper.stores.file import FileStore
-
-from .conformance import StoreConformance
+from cachekeeper.testing.stores import StoreConformance
 
 
 class TestFileStore(StoreConformance):

@@ -7,8 +7,9 @@ from urllib.parse import urlparse
 import pytest
 
 from cachekeeper.stores import open_store
+from cachekeeper.testing.stores import URLStoreConformance
 
-from .conformance import URLStoreConformance, assert_opening_is_lazy
+from .lazy import assert_opening_is_lazy
 
 
 @pytest.mark.services

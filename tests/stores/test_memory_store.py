@@ -6,8 +6,7 @@ import pytest
 
 from cachekeeper.stores import Store
 from cachekeeper.stores.memory import MemoryStore
-
-from .conformance import StoreConformance
+from cachekeeper.testing.stores import StoreConformance
 
 
 class TestMemoryStore(StoreConformance):

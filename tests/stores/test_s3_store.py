@@ -11,9 +11,10 @@ import pytest
 
 from cachekeeper.stores import Store, open_store
 from cachekeeper.stores.s3 import S3Store
+from cachekeeper.testing.stores import LARGE, URLStoreConformance
 from tests.harness.seaweedfs import S3Server
 
-from .conformance import LARGE, URLStoreConformance, assert_opening_is_lazy
+from .lazy import assert_opening_is_lazy
 
 
 @pytest.mark.services
