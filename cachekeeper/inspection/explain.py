@@ -13,7 +13,8 @@ from typing import Any
 
 from ..errors import CachekeeperError, ManifestError, ObjectNotFound
 from ..fingerprint import Fingerprint
-from ..manifest import Manifest, manifest_key
+from ..layout import manifest_key, manifest_prefix, parse_manifest_key
+from ..manifest import Manifest
 from ..stores.base import Store
 
 NEAREST = 3
@@ -137,10 +138,10 @@ def explain_from_store(store: Store, host: Fingerprint, names: Sequence[str],
         return []
     wanted = set(names)
     holders: dict[str, list[str]] = {n: [] for n in names}   # entry name -> fingerprint ids that built it
-    for k in store.list("manifests/"):
-        parts = k.split("/")
-        if len(parts) == 3 and parts[2].endswith(".json") and parts[2][:-5] in wanted:
-            holders[parts[2][:-5]].append(parts[1])
+    for k in store.list(manifest_prefix()):
+        m = parse_manifest_key(k)
+        if m is not None and m.name in wanted:
+            holders[m.name].append(m.fingerprint_id)
     fingerprints: dict[str, Fingerprint | None] = {host.id: host}
     out = []
     for name in names:

@@ -29,7 +29,8 @@ from ..backends.base import Backend, BuildJob
 from ..config import Config, PlannedEntry
 from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
-from ..manifest import Manifest, manifest_key
+from ..layout import manifest_key, manifest_prefix, parse_manifest_key
+from ..manifest import Manifest
 from ..presence import look_up
 from ..publish import publish
 from ..spec import EntrySpec
@@ -189,12 +190,10 @@ def shard_entries(entries: list[PlannedEntry], tcs: dict[str, Toolchain], shard:
 def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
     """Recorded build seconds of these entries under other toolchains, read from their manifests."""
     found: dict[str, str] = {}
-    for k in store.list("manifests/"):
-        parts = k.split("/")
-        if len(parts) == 3 and parts[1] not in exclude_fingerprints and parts[2].endswith(".json"):
-            entry = parts[2][:-len(".json")]
-            if entry in keys:
-                found.setdefault(entry, k)
+    for k in store.list(manifest_prefix()):
+        m = parse_manifest_key(k)
+        if m is not None and m.fingerprint_id not in exclude_fingerprints and m.name in keys:
+            found.setdefault(m.name, k)
 
     def seconds(key: str) -> float:
         try:

@@ -62,6 +62,24 @@ def test_a_repeat_hydrate_is_a_noop_that_does_not_open_the_store(store: FileStor
     assert report.noop and report.files_total == len(BUILD)
 
 
+class ClosingStore(FileStore):
+    closed = 0
+
+    def close(self) -> None:
+        ClosingStore.closed += 1
+        super().close()
+
+
+def test_hydrate_closes_the_store_it_opened_on_success_and_on_a_miss(published: Manifest, tmp_path: Path) -> None:
+    ClosingStore.closed = 0
+    opened = ClosingStore(tmp_path / "store")
+    _hydrate(opened, tmp_path / "dest", pins=[Pin(published.name)])
+    assert ClosingStore.closed == 1
+    with pytest.raises(NothingToHydrate):
+        _hydrate(opened, tmp_path / "other", pins=[Pin("0" * 32)])
+    assert ClosingStore.closed == 2
+
+
 def test_a_changed_local_file_is_detected_and_repaired(store: FileStore, published: Manifest, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     _hydrate(store, dest, pins=[Pin(published.name)])
