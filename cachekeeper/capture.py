@@ -220,11 +220,12 @@ def _stage(dest: Path, staging: Path, s: Seen) -> LocalFile:
         fd = os.open(src, flags)
     except OSError as exc:
         raise CaptureError(f"{src} changed while capturing ({exc.strerror})",
-                           "the runtime is still writing; run capture again") from None
+                           "the runtime is still writing; run capture again", path=str(src)) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (s.dev, s.ino, s.size, s.mtime_ns):
-            raise CaptureError(f"{src} changed while capturing", "the runtime is still writing; run capture again")
+            raise CaptureError(f"{src} changed while capturing", "the runtime is still writing; run capture again",
+                               path=str(src))
         target = staging / s.path
         ensure_dir(target.parent)
         atomic_write_bytes(target, f.read(), durable=False)
@@ -251,8 +252,8 @@ def provenance(dest: Path, state: State) -> dict[str, Any]:
 
 def never_hydrated(dest: Path) -> CaptureError:
     return CaptureError(f"{dest} was never hydrated (no {STATE_DIR}/state.json)",
-                        "capture lists what the runtime added to a hydrated dir: run "
-                        "`cachekeeper hydrate --dest DIR` first and point capture at the same DIR")
+                        "capture lists what the runtime added to a hydrated dir: hydrate the dir first, "
+                        "then capture that same dir", path=str(dest))
 
 
 def open_dest(dest: Path, fingerprint: Fingerprint) -> State:
@@ -263,7 +264,8 @@ def open_dest(dest: Path, fingerprint: Fingerprint) -> State:
     if state.fingerprint_id != fingerprint.id:
         raise ToolchainMismatch(f"{dest} was hydrated for toolchain {state.fingerprint_id}; this host is "
                                 f"{fingerprint.id}, so its runtime compiles cannot be published for that toolchain",
-                                "capture on the host that serves from this dir, with hydrate's --config/--option")
+                                "capture on the host that serves from this dir, with the config and backend "
+                                "options its hydrate used", path=str(dest), fingerprint=state.fingerprint_id)
     return state
 
 
@@ -293,7 +295,8 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
     if report.writing:
         raise CaptureError(f"{len(report.writing)} files under {dest} are still being written "
                            f"(e.g. {report.writing[0]}); nothing was published",
-                           "run capture again once the server finished compiling (or use --watch)")
+                           "run capture again once the server finished compiling (or keep capture watching)",
+                           path=str(dest))
     if complete:
         with FileLock(state_dir(dest) / "capture.lock", timeout=lock_timeout):
             _publish(dest, fingerprint, state, complete, open_store, signing_key, catalog, report)
@@ -329,7 +332,8 @@ def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[
         report.pending = len(complete)
         if isinstance(exc, DestinationError) and store_url == "the store":
             raise  # staging inside the dest failed: a local problem, not the store's
-        raise StoreWriteDenied(f"{store_url} refused a write: {exc}", write_permission_hint(store_url)) from None
+        raise StoreWriteDenied(f"{store_url} refused a write: {exc}", write_permission_hint(store_url),
+                               url=store_url) from None
     except CachekeeperError as exc:
         _keep(dest, journal, complete, str(exc))
         report.pending = len(complete)

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 from .errors import ManifestError, ObjectNotFound, UnsafePath
 from .layout import (
+    BLOBS,
     MANIFEST_SUFFIX,
+    SIGNATURES,
     ManifestKey,
     captured_prefix,
     manifest_prefix,
@@ -79,8 +81,8 @@ def scan(store: Store, *, objects: bool = True, debris: bool = True) -> Inventor
                 misfiled[key] = why
     return Inventory(
         manifests, misfiled, unreadable, tuple(k for k in listed if not k.endswith(MANIFEST_SUFFIX)),
-        blobs=_listed(store, "blobs/") if objects else (),
-        signatures=_listed(store, "signatures/") if objects else (),
+        blobs=_listed(store, BLOBS) if objects else (),
+        signatures=_listed(store, SIGNATURES) if objects else (),
         debris=tuple(store.list_debris()) if debris else ())
 
 

@@ -93,7 +93,8 @@ def plan_upload(store: Store, local: list[LocalFile]) -> UploadPlan:
             send.append(b)
         elif present != b.record.size:  # immutable: a bad object can only be deleted, never replaced
             raise IntegrityError(f"{store.url}/{key} is {present} bytes, expected {b.record.size}",
-                                 "run `cachekeeper verify --repair`, then prebuild again")
+                                 "`cachekeeper verify` finds and repairs the bad copy; then prebuild again",
+                                 url=store.url, key=key)
     return UploadPlan(files, [b.record for b in blobs], send, len(blobs) - len(send))
 
 
@@ -129,12 +130,13 @@ def _send(store: Store, blob: BlobPlan, budget: _ByteBudget) -> int:
         if isinstance(blob.source, Path):
             # Re-hash right before upload: a file that changed since the snapshot must not be published.
             if sha256_file(blob.source) != blob.record.digest:
-                raise IntegrityError(f"{blob.source} changed while publishing")
+                raise IntegrityError(f"{blob.source} changed while publishing", path=str(blob.source))
             wrote = store.put_file(key, blob.source)
         else:
             data = _pack_bytes(blob.source)
             if hashlib.sha256(data).hexdigest() != blob.record.digest:
-                raise IntegrityError(f"{blob.source[0].abspath.parent}: files changed while publishing")
+                where = str(blob.source[0].abspath.parent)
+                raise IntegrityError(f"{where}: files changed while publishing", path=where)
             wrote = store.put_bytes(key, data)
             del data
     finally:

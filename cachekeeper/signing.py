@@ -82,9 +82,11 @@ class SigningKey:
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"cannot load signing key {path}: {exc}", "create one with `cachekeeper keygen`") from None
+            raise UsageError(f"cannot load signing key {path}: {exc}", "create one with `cachekeeper keygen`",
+                             path=str(path)) from None
         if not isinstance(key, _crypto().Ed25519PrivateKey):
-            raise UsageError(f"{path} is not an ed25519 private key", "create one with `cachekeeper keygen`")
+            raise UsageError(f"{path} is not an ed25519 private key", "create one with `cachekeeper keygen`",
+                             path=str(path))
         return cls(key)
 
     def pem(self) -> bytes:

@@ -44,7 +44,8 @@ def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...],
     except ObjectNotFound:
         return None
     if pin.digest and hashlib.sha256(data).hexdigest() != pin.digest:
-        raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile")
+        raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile",
+                             url=store.url, key=key)
     if trusted:
         from ..signing import require_signature
 
@@ -60,9 +61,10 @@ def check_identity(m: Manifest, pin: Pin, source: str) -> None:
     asked for. The fingerprint id is checked by `require_toolchain` (a mismatch there says how the
     toolchains differ); a lockfile's digest binds all of it."""
     if m.name != pin.name:
-        raise IntegrityError(f"{source} holds manifest {m.name}, not {pin.name} (substituted)")
+        raise IntegrityError(f"{source} holds manifest {m.name}, not {pin.name} (substituted)", key=m.key)
     if pin.kind is not None and m.kind != pin.kind:
-        raise IntegrityError(f"{source} holds a {m.kind} manifest where a {pin.kind} manifest was asked for")
+        raise IntegrityError(f"{source} holds a {m.kind} manifest where a {pin.kind} manifest was asked for",
+                             key=m.key)
 
 
 def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin],
@@ -88,7 +90,8 @@ def fetch_manifests(store: Store, fingerprint: Fingerprint, pins: Iterable[Pin],
 def require_toolchain(m: Manifest, local: Fingerprint) -> None:
     if m.fingerprint.id != local.id:
         diff = ", ".join(f"{k}: {a} (artifact) vs {b} (host)" for k, (a, b) in m.fingerprint.diff(local).items())
-        raise ToolchainMismatch(f"manifest {m.name} was built for another toolchain ({diff or m.fingerprint.id})")
+        raise ToolchainMismatch(f"manifest {m.name} was built for another toolchain ({diff or m.fingerprint.id})",
+                                key=m.key, fingerprint=m.fingerprint.id)
 
 
 def list_entries(store: Store, fingerprint: Fingerprint, models: set[str] | None = None,
@@ -173,10 +176,12 @@ def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
     try:
         doc = json.loads(path.read_text())
         if doc.get("version") != LOCK_VERSION:
-            raise UsageError(f"{path}: unknown lockfile version {doc.get('version')!r}")
+            raise UsageError(f"{path}: unknown lockfile version {doc.get('version')!r}", path=str(path))
         pins = [Pin(str(m["name"]), str(m["digest"])) for m in doc["manifests"]]
         return str(doc["backend"]), str(doc["fingerprint_id"]), pins
     except FileNotFoundError:
-        raise UsageError(f"lockfile {path} does not exist", "create one with `cachekeeper lock`") from None
+        raise UsageError(f"lockfile {path} does not exist", "create one with `cachekeeper lock`",
+                         path=str(path)) from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: malformed lockfile ({exc})", "recreate it with `cachekeeper lock`") from None
+        raise UsageError(f"{path}: malformed lockfile ({exc})", "recreate it with `cachekeeper lock`",
+                         path=str(path)) from None
