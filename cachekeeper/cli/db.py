@@ -6,11 +6,16 @@ Errors are `CachekeeperError`s left for the main group to print with their hint.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-_catalog_option = click.option(
-    "--catalog", "catalog_url", metavar="URL", envvar="CACHEKEEPER_CATALOG", default=None,
-    help="Catalog database (default: sqlite:///$CACHEKEEPER_HOME/catalog.db).")
+from .options import catalog_option, opened_store, store_option
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..catalog import Catalog
 
 
 @click.group()
@@ -20,30 +25,31 @@ def db() -> None:
 
 @db.command()
 @click.argument("revision", default="head")
-@_catalog_option
+@catalog_option
 def upgrade(revision: str, catalog_url: str | None) -> None:
     """Migrate the catalog up to REVISION (default: head)."""
-    from ..catalog import Catalog
-
-    with Catalog.connect(catalog_url) as catalog:
-        catalog.upgrade(revision)
-        click.echo(f"{catalog.url}: at revision {_describe(catalog.current())}")
+    _migrate(catalog_url, lambda catalog: catalog.upgrade(revision))
 
 
 @db.command()
 @click.argument("revision")
-@_catalog_option
+@catalog_option
 def downgrade(revision: str, catalog_url: str | None) -> None:
     """Migrate the catalog down to REVISION ("base" drops every catalog table)."""
+    _migrate(catalog_url, lambda catalog: catalog.downgrade(revision))
+
+
+def _migrate(catalog_url: str | None, step: Callable[[Catalog], None]) -> None:
+    """Connect at whatever revision the catalog is (Catalog.open would refuse or migrate), move, report."""
     from ..catalog import Catalog
 
     with Catalog.connect(catalog_url) as catalog:
-        catalog.downgrade(revision)
+        step(catalog)
         click.echo(f"{catalog.url}: at revision {_describe(catalog.current())}")
 
 
 @db.command()
-@_catalog_option
+@catalog_option
 def current(catalog_url: str | None) -> None:
     """Print the catalog's schema revision."""
     from ..catalog import Catalog
@@ -66,20 +72,14 @@ def catalog_group() -> None:
 
 
 @catalog_group.command()
-@_catalog_option
-@click.option("--store", "store_url", metavar="URL", envvar="CACHEKEEPER_STORE", default=None,
-              help="Store whose manifests to index (default: $CACHEKEEPER_HOME/store).")
+@catalog_option
+@store_option
 def rebuild(catalog_url: str | None, store_url: str | None) -> None:
     """Re-index every manifest in the store; drop rows whose manifest is gone."""
     from ..catalog import Catalog
-    from ..stores import open_store
 
-    store = open_store(store_url, create=False)
-    try:
-        with Catalog.open(catalog_url) as catalog:
-            report = catalog.rebuild(store)
-    finally:
-        store.close()
+    with opened_store(store_url, None) as store, Catalog.open(catalog_url) as catalog:
+        report = catalog.rebuild(store)
     for key, why in report.invalid:
         click.echo(f"warning: {key}: {why}", err=True)
     click.echo(f"{catalog.url}: {len(report.added)} added, {len(report.removed)} removed, "
