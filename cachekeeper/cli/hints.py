@@ -75,7 +75,7 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
 def row_for(cls: type[BaseException]) -> Hint | None:
     """The table row of `cls` or of its nearest base that has one."""
     for klass in cls.__mro__:
-        row = HINTS.get(klass)  # type: ignore[call-overload]  # MRO members that are not error classes miss
+        row = HINTS.get(klass)
         if row is not None:
             return row
     return None

@@ -174,8 +174,9 @@ class StoreConformance(DebrisConformance):
             "get_range": lambda: store.get_range("no/such", 0, 10),
             "download": lambda: store.download("no/such", _Recorder()),  # type: ignore[arg-type]
         }
-        with pytest.raises(ObjectNotFound):
+        with pytest.raises(ObjectNotFound) as info:
             calls[read]()
+        assert info.value.key == "no/such", "the missing key travels as a field (callers never cut messages)"
 
     # --- ranges ----------------------------------------------------------------------------------
 
@@ -289,8 +290,9 @@ class StoreConformance(DebrisConformance):
         if op in self.unvalidated_key_ops:
             request.applymarker(pytest.mark.xfail(strict=True, reason=f"{type(store).__name__}.{op} "
                                                   "does not call check_key yet"))
-        with pytest.raises(UnsafePath):
+        with pytest.raises(UnsafePath) as info:
             _invalid_key_ops(tmp_path)[op](store, key)
+        assert info.value.key == key
 
 
 class URLStoreConformance(StoreConformance):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.catalog import Catalog
+from cachekeeper.cli.hints import hint_for
 from cachekeeper.errors import CatalogError, CatalogNotMigrated, CatalogUnreachable
 from tests.harness.postgres import free_port
 
@@ -23,6 +24,7 @@ def test_a_closed_postgres_port_is_unreachable_fast() -> None:
     message = str(info.value)
     assert "127.0.0.1" in message and "***" in message and "s3cret" not in message
     assert "\n" not in message
+    assert info.value.url == url.replace("postgresql://", "postgresql+psycopg://").replace("s3cret", "***")
 
 
 @pytest.mark.services
@@ -30,6 +32,8 @@ def test_postgres_without_migrations_is_not_migrated(postgres_url: str) -> None:
     with pytest.raises(CatalogNotMigrated, match="revision none") as info:
         Catalog.open(postgres_url)
     assert postgres_url.rsplit("/", 1)[1] in str(info.value)
+    assert info.value.url and info.value.url.endswith(postgres_url.rsplit("/", 1)[1])
+    assert hint_for(info.value) == f"run `cachekeeper db upgrade` against {info.value.url}"
 
 
 @pytest.mark.services

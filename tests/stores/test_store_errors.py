@@ -44,6 +44,7 @@ def _fails_with(store: Store, op: Callable[[Store], object], expected: type[Stor
     assert type(info.value) is expected, f"{type(info.value).__name__}: {info.value}"
     message = str(info.value)
     assert "\n" not in message and store.url in message, message
+    assert info.value.url == store.url, "the store's URL travels as a field, not only in the message"
     return info.value
 
 
