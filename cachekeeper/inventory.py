@@ -15,14 +15,12 @@ reading (a concurrent gc) is left out; every other store failure raises, because
 make gc delete referenced blobs or a rebuild drop rows that are fine. Planners (`gc.plan_gc`, `verify`)
 take an Inventory and do no I/O of their own.
 
-The boot path uses only `manifest_keys` (one toolchain's listing); the full scan's thread pool is
-imported when a scan runs.
+Listing keys without reading them (the boot path, `show`) is `layout.manifest_keys`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .errors import ManifestError, ObjectNotFound, UnsafePath
@@ -31,7 +29,6 @@ from .layout import (
     MANIFEST_SUFFIX,
     SIGNATURES,
     ManifestKey,
-    captured_prefix,
     manifest_prefix,
     parse_blob_key,
     parse_manifest_key,
@@ -63,7 +60,7 @@ class Inventory:
 
 def scan(store: Store, *, objects: bool = True, debris: bool = True) -> Inventory:
     """The store's manifests, and with `objects` its blobs and signatures, with `debris` its debris."""
-    from concurrent.futures import ThreadPoolExecutor  # not on the no-op boot path
+    from concurrent.futures import ThreadPoolExecutor
 
     listed = sorted(store.list(manifest_prefix()))
     keys = [k for k in listed if k.endswith(MANIFEST_SUFFIX)]
@@ -111,21 +108,3 @@ def misfiled(key: str, data: bytes, manifest: Manifest) -> str | None:
         # A lockfile pins sha256(stored bytes); non-canonical bytes would never match the recorded digest.
         return "bytes are not canonical JSON (their sha256 differs from the manifest digest)"
     return None
-
-
-# --- listing without reading: the boot path and `show` ----------------------------------------------
-
-
-def manifest_keys(store: Store, fingerprint_id: str | None = None, *,
-                  captured: bool | None = None) -> list[ManifestKey]:
-    """The manifest keys stored (for one toolchain), sorted; `captured` True/False keeps only captured sets
-    or only the others. Objects that are not manifest keys are left out."""
-    prefix = captured_prefix(fingerprint_id) if captured and fingerprint_id else manifest_prefix(fingerprint_id)
-    found = (parse_manifest_key(k) for k in store.list(prefix))
-    return sorted((mk for mk in found if mk is not None and (captured is None or mk.captured == captured)),
-                  key=lambda mk: mk.key)
-
-
-def matching(keys: Iterable[ManifestKey], prefix: str) -> list[ManifestKey]:
-    """Manifests whose name (or, for a captured set, its id after `captured/`) starts with `prefix`."""
-    return [mk for mk in keys if mk.name.startswith(prefix) or mk.stem.startswith(prefix)]

@@ -21,16 +21,22 @@ Objects are write-once. A lockfile is a local file, not an object: it pins manif
 of the stored bytes) and its keys are rebuilt here from the fingerprint id it records.
 
 Parsers take a key relative to the store and return a small value, or None for a key that is not of
-that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). This module
-is on the boot path: it imports nothing heavier than `fsutil`.
+that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). Listing a
+store's manifest keys (`manifest_keys`) is here too: the boot path lists one toolchain, `show` matches a
+prefix; reading what the keys hold is `inventory.py`'s job. This module is on the boot path: it imports
+nothing heavier than `fsutil`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 from .fsutil import TMP_SUFFIX, temp_tag
+
+if TYPE_CHECKING:
+    from .stores.base import Store
 
 BLOBS = "blobs/"
 BLOB_DIR = "blobs/sha256/"
@@ -66,8 +72,7 @@ def parse_blob_key(key: str) -> str | None:
 # --- manifests --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ManifestKey:
+class ManifestKey(NamedTuple):   # a NamedTuple, not a dataclass: it is built on the boot path, cheaply
     fingerprint_id: str
     name: str          # as in the manifest: entry key, shared-set name, or "captured/<hash>"
 
@@ -114,6 +119,21 @@ def is_captured_name(name: str) -> bool:
     return name.startswith(CAPTURED_DIR)
 
 
+def manifest_keys(store: Store, fingerprint_id: str | None = None, *,
+                  captured: bool | None = None) -> list[ManifestKey]:
+    """The manifest keys a store holds (of one toolchain), sorted, without reading them; `captured`
+    True/False keeps only captured sets or only the others. Objects that are not manifest keys are left out."""
+    prefix = captured_prefix(fingerprint_id) if captured and fingerprint_id else manifest_prefix(fingerprint_id)
+    found = (parse_manifest_key(k) for k in store.list(prefix))
+    return sorted((mk for mk in found if mk is not None and (captured is None or mk.captured == captured)),
+                  key=lambda mk: mk.key)
+
+
+def matching(keys: Iterable[ManifestKey], prefix: str) -> list[ManifestKey]:
+    """Manifests whose name (or, for a captured set, its id after `captured/`) starts with `prefix`."""
+    return [mk for mk in keys if mk.name.startswith(prefix) or mk.stem.startswith(prefix)]
+
+
 # --- signatures -------------------------------------------------------------------------------------
 
 
@@ -130,8 +150,7 @@ def parse_signature_key(key: str) -> str | None:
 # --- debris -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TempKey:
+class TempKey(NamedTuple):
     directory: str     # where the final object was going ("blobs/sha256/ab/", "" at the top)
     writer: str        # the writer's tag (its pid by default): a sweep tells live writers from dead ones
 

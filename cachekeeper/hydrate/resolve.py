@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
-from ..inventory import manifest_keys
-from ..layout import manifest_key
+from ..layout import manifest_key, manifest_keys
 from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..stores.base import Store
 

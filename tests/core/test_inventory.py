@@ -9,8 +9,8 @@ import pytest
 
 from cachekeeper.catalog.rebuild import NOT_A_MANIFEST_KEY, indexable
 from cachekeeper.gc import plan_gc
-from cachekeeper.inventory import manifest_keys, matching, scan
-from cachekeeper.layout import blob_key, captured_set_name, manifest_key, signature_key
+from cachekeeper.inventory import scan
+from cachekeeper.layout import blob_key, captured_set_name, manifest_key, manifest_keys, matching, signature_key
 from cachekeeper.manifest import KIND_CAPTURED, Manifest
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.memory import MemoryStore
