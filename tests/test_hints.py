@@ -90,9 +90,6 @@ def _raise_site_texts(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, "".join(parts)
 
 
-LIBRARY = sorted(p for p in PACKAGE.rglob("*.py") if "cli" not in p.relative_to(PACKAGE).parts)
-
-
 # --- the table -------------------------------------------------------------------------------------
 
 def test_the_scan_sees_every_error_class_and_the_click_tree() -> None:
@@ -167,9 +164,10 @@ def test_errors_carry_their_subject_as_fields() -> None:
 
 # --- library text ----------------------------------------------------------------------------------
 
-def test_library_messages_and_hints_name_only_flags_the_cli_has() -> None:
-    bad = [f"{p.relative_to(ROOT)}:{line}: {flag}" for p in LIBRARY for line, text in _raise_site_texts(p)
-           for flag in _unknown_flags(text)]
+def test_raise_sites_name_only_flags_the_cli_has() -> None:
+    # The CLI's own modules included: an error they raise may name a flag, but only a real one.
+    bad = [f"{p.relative_to(ROOT)}:{line}: {flag}" for p in sorted(PACKAGE.rglob("*.py"))
+           for line, text in _raise_site_texts(p) for flag in _unknown_flags(text)]
     assert bad == []
 
 
