@@ -3,9 +3,7 @@ misses), the ISA choice it mirrors, the roots, include() and the build command."
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -13,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.backends import get_backend
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.inductor import InductorBackend, probes
 from cachekeeper.backends.inductor import backend as inductor_backend
@@ -46,22 +43,6 @@ def fake_cxx(tmp_path: Path, name: str, banner: str) -> Path:
     return exe
 
 
-# --- registry and light import ---------------------------------------------------------------------
-
-
-def test_registered_as_inductor_with_its_contract() -> None:
-    b = get_backend("inductor")
-    assert isinstance(b, InductorBackend)
-    assert (b.name, b.env_var, b.modes, b.shared_roots) == (
-        "inductor", "TORCHINDUCTOR_CACHE_DIR", ("full", "repeated_blocks", "aot"), frozenset({"pch"}))
-
-
-def test_import_and_fingerprint_do_not_import_torch() -> None:
-    code = ("import sys, cachekeeper.backends.inductor as m; m.InductorBackend().fingerprint({'device': 'cpu'});"
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 # --- fingerprint -----------------------------------------------------------------------------------
 
 
@@ -71,13 +52,6 @@ def test_fingerprint_names_the_toolchain() -> None:
     assert fields["device"] == "cpu"
     assert Path(fields["torch_path"], "__init__.py").is_file()
     assert Path(fields["cxx"]).is_absolute()
-
-
-def test_fingerprint_is_the_same_in_another_process() -> None:
-    code = ("import json; from cachekeeper.backends.inductor import InductorBackend;"
-            "print(json.dumps(InductorBackend().fingerprint({'device': 'cpu'}).to_dict()))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert json.loads(out) == InductorBackend().fingerprint(CPU).to_dict()
 
 
 def test_fingerprint_is_fast_once_the_compiler_was_probed() -> None:
@@ -146,27 +120,15 @@ def test_compile_options_change_the_id_but_locations_do_not() -> None:
     assert b.fingerprint({**CPU, "pch_dir": "/elsewhere"}).id == b.fingerprint(CPU).id
 
 
-# --- version pins: checked like the device backends', never fingerprint fields ---------------------
+# --- version pins: the contract checks the backend's own; a config may pin more -------------------
 
 
-def test_a_matching_version_pin_is_checked_not_a_field() -> None:
-    b = backend()
-    torch = dist_version("torch") or ""
-    pinned = b.fingerprint({**CPU, "torch_version": torch.split("+")[0].rsplit(".", 1)[0]})
-    assert pinned.id == b.fingerprint(CPU).id
-    assert not any(k.startswith("option.") for k, _ in pinned.fields)
-
-
-@pytest.mark.parametrize(("pin", "message"), [
-    ({"torch_version": "1.0"}, "config pins torch 1.0 but "),
-    ({"diffusers_version": "0.0.1"}, "config pins diffusers 0.0.1 but "),
-    ({"no_such_dist_version": "1"}, "config pins no-such-dist 1 but it is not installed"),
-])
-def test_a_version_pin_this_host_does_not_meet_is_refused(pin: dict[str, str], message: str) -> None:
-    if "diffusers_version" in pin and dist_version("diffusers") is None:
+def test_a_pin_of_the_diffusers_the_warm_up_runs_is_checked_too() -> None:
+    # The contract (BackendConformance) covers torch's pin; diffusers' shapes what Inductor compiles.
+    if dist_version("diffusers") is None:
         pytest.skip("diffusers is not installed")
-    with pytest.raises(BackendUnavailable, match=message):
-        backend().fingerprint({**CPU, **pin})
+    with pytest.raises(BackendUnavailable, match=r"config pins diffusers 0\.0\.1 but "):
+        backend().fingerprint({**CPU, "diffusers_version": "0.0.1"})
 
 
 # --- availability ----------------------------------------------------------------------------------
@@ -269,25 +231,12 @@ def test_extra_roots_follow_the_serving_tmpdir_unless_configured(tmp_path: Path)
 
 
 @pytest.mark.parametrize(("root", "relpath", "kept"), [
-    ("cache", "fxgraph/37/fabc/fdef", True),
-    ("cache", "aotautograd/aabc/entry", True),
-    ("cache", "zn/cznabc.main.so", True),
-    ("cache", "zn/cznabc.main.cpp", True),
-    ("cache", "7q/c7qabc.py", True),
-    ("cache", "triton/0/ABC/kernel.cubin", True),
-    ("cache", "locks/cznabc.lock", False),
-    ("cache", "fxgraph/37/fabc/.1234.5678.tmp", False),
-    ("cache", "zn/cznabc_CxxBuild/cznabc.o", False),
-    ("cache", "triton/0/tmp.pid_12_34/kernel.cubin", False),
-    ("cache", "7q/__pycache__/c7qabc.cpython-311.pyc", False),
-    ("cache", "zn/tmpa1b2c3d4", False),
-    ("cache", "zn/.x.bin.ck-tmp", False),
     ("pch", "cyow.h", True),
     ("pch", "cyow.h.gch", True),
     ("pch", "locks/cyow.lock", False),
     ("pch", "stray.txt", False),
 ])
-def test_include_keeps_artifacts_and_drops_locks_and_temps(root: str, relpath: str, kept: bool) -> None:
+def test_include_keeps_headers_in_the_pch_root_only(root: str, relpath: str, kept: bool) -> None:
     assert backend().include(root, relpath, Path("/unused") / relpath) is kept
 
 
@@ -298,7 +247,6 @@ def test_build_command_points_inductor_at_the_roots(tmp_path: Path) -> None:
     job = BuildJob(spec, ModelRef("tiny-flux", "transformer", path="/m"), roots, CPU, str(tmp_path / "r.json"))
     cmd = b.build_command(job)
     assert cmd.argv[:3] == [sys.executable, "-m", "cachekeeper.backends.inductor.build"]
-    assert BuildJob.from_json(cmd.argv[3]) == job
     assert cmd.env["TORCHINDUCTOR_CACHE_DIR"] == roots["cache"]
     assert probes.default_pch_dir(cmd.env["TMPDIR"]) == Path(roots["pch"])
     assert cmd.env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == cmd.env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
