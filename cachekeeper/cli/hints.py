@@ -30,8 +30,8 @@ class Hint:
 HINTS: dict[type[e.CachekeeperError], Hint] = {
     # input
     e.UsageError: Hint("run the command with --help"),
-    e.ConfigError: Hint("fix the config file; `cachekeeper validate CONFIG` checks it without building",
-                        "fix {path}; `cachekeeper validate {path}` checks it without building"),
+    # No {path} form: a ConfigError's path may be the file a model entry names, not the config.
+    e.ConfigError: Hint("fix the config file; `cachekeeper validate CONFIG` checks it without building"),
     # storage
     e.StoreError: Hint("check the store URL (--store or CACHEKEEPER_STORE) and that it is reachable"),
     e.StoreNotFound: Hint("create the bucket/directory first, or point --store at an existing one",
