@@ -63,6 +63,8 @@ def scan(store: Store, *, objects: bool = True, debris: bool = True) -> Inventor
     from concurrent.futures import ThreadPoolExecutor
 
     listed = sorted(store.list(manifest_prefix()))
+    # Every `.json` is read, not only well-formed manifest keys: a misfiled manifest still names blobs
+    # that gc must keep, and rebuild reports it.
     keys = [k for k in listed if k.endswith(MANIFEST_SUFFIX)]
     with ThreadPoolExecutor(FETCH_THREADS) as pool:
         results = list(pool.map(lambda key: read_manifest(store, key), keys))
