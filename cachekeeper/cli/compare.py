@@ -122,8 +122,13 @@ def explain(entry: str | None, config_path: str, model: str | None, shape: str |
             results = explain_from_store(store, host, list(labels), labels)
     else:
         from ..catalog import views
-        with opened_catalog(catalog_url, config, readonly=True) as catalog, views.reading(catalog) as conn:
-            results = [explain_entry(host, k, label, views.holders(conn, k)) for k, label in labels.items()]
+        from ..presence import look_up
+
+        with opened_catalog(catalog_url, config, readonly=True) as catalog:
+            presence = look_up(host.id, list(labels), catalog=catalog)
+            with views.reading(catalog) as conn:
+                results = [explain_entry(host, k, label, views.holders(conn, k), hit=presence.is_built(k))
+                           for k, label in labels.items()]
     for r in results:
         if as_json:
             click.echo(json.dumps(r.to_dict()))   # one JSON line per entry

@@ -28,6 +28,7 @@ from ..errors import (
 from ..fingerprint import Fingerprint
 from ..fsutil import FileLock, LiveTag, ensure_dir, lstat_or_none, new_tag, sweep_temp
 from ..manifest import Manifest
+from ..presence import plan_presence
 from ..stores.base import Store
 from ..stores.reader import Deadline
 
@@ -263,7 +264,10 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
     if pins is None:
         entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
     else:
-        entries, report.missing = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
+        # A GET per pin is the store's answer (no listing: a boot reads only what it wants).
+        entries, _ = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
+        presence = plan_presence(fingerprint.id, [p.name for p in pins], stored={m.name for m in entries})
+        report.missing = list(presence.missing)
     if not entries or (require_all and report.missing):
         what = f"lacks {len(report.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
         others = other_toolchains(store, fingerprint.backend, fingerprint)

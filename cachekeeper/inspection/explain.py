@@ -15,6 +15,7 @@ from ..errors import CachekeeperError, ManifestError, ObjectNotFound
 from ..fingerprint import Fingerprint
 from ..layout import manifest_key, manifest_prefix, parse_manifest_key
 from ..manifest import Manifest
+from ..presence import plan_presence
 from ..stores.base import Store
 
 NEAREST = 3
@@ -122,9 +123,11 @@ def nearest(host: Fingerprint, built_for: Iterable[Fingerprint], limit: int = NE
 
 
 def explain_entry(host: Fingerprint, key: str, label: str, built_for: Sequence[Fingerprint],
-                  limit: int = NEAREST) -> Explanation:
-    """`built_for`: every toolchain that has `key` built (the host's own included if it has)."""
-    hit = any(fp.id == host.id for fp in built_for)
+                  limit: int = NEAREST, *, hit: bool | None = None) -> Explanation:
+    """`built_for`: every toolchain that has `key` built (the host's own included if it has). `hit`: the
+    presence plan's answer for the host, when the caller has one (else: the host is among `built_for`)."""
+    if hit is None:
+        hit = any(fp.id == host.id for fp in built_for)
     others = [fp for fp in built_for if fp.backend == host.backend and fp.id != host.id]
     return Explanation(key=key, label=label, host_fingerprint_id=host.id, hit=hit,
                        nearest=() if hit else nearest(host, others, limit), built_elsewhere=len(others))
@@ -142,6 +145,7 @@ def explain_from_store(store: Store, host: Fingerprint, names: Sequence[str],
         m = parse_manifest_key(k)
         if m is not None and m.name in wanted:
             holders[m.name].append(m.fingerprint_id)
+    presence = plan_presence(host.id, names, stored={n for n in names if host.id in holders[n]})
     fingerprints: dict[str, Fingerprint | None] = {host.id: host}
     out = []
     for name in names:
@@ -152,7 +156,7 @@ def explain_from_store(store: Store, host: Fingerprint, names: Sequence[str],
             fp = fingerprints[fp_id]
             if fp is not None:
                 built.append(fp)
-        out.append(explain_entry(host, name, (labels or {}).get(name, name), built))
+        out.append(explain_entry(host, name, (labels or {}).get(name, name), built, hit=presence.is_built(name)))
     return out
 
 
