@@ -51,6 +51,12 @@ def _randn(*size: int, dtype: Any, device: str) -> Any:
     return torch.randn(*size, generator=g, dtype=torch.float32).to(device=device, dtype=dtype)
 
 
+def _prelude(model: Any, dtype: Any, options: Mapping[str, str] | None, text_len: int) -> tuple[Any, Any, int]:
+    """What every builder starts from: the torch dtype, the model's config, and the prompt length the
+    pipeline pads to (`options["text_len"]`, else the family's default)."""
+    return _torch_dtype(dtype), model.config, int((options or {}).get("text_len", text_len))
+
+
 def latent_size(shape: Shape) -> tuple[int, int]:
     """Latent height and width for an image size (the VAE's 8x downsampling)."""
     return shape.height // VAE_SCALE_FACTOR, shape.width // VAE_SCALE_FACTOR
@@ -61,9 +67,7 @@ def flux_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, devic
     """FluxTransformer2DModel inputs as FluxPipeline builds them (2x2-packed latents, 2-D ids)."""
     import torch
 
-    dt = _torch_dtype(dtype)
-    cfg = model.config
-    text_len = int((options or {}).get("text_len", FLUX_TEXT_LEN))
+    dt, cfg, text_len = _prelude(model, dtype, options, FLUX_TEXT_LEN)
     # FluxPipeline: latent side = 2 * (side // (vae_scale * 2)), then packed into (side/2)^2 tokens.
     h, w = shape.height // (VAE_SCALE_FACTOR * 2), shape.width // (VAE_SCALE_FACTOR * 2)
     img_ids = torch.zeros(h, w, 3)
@@ -92,9 +96,7 @@ def flux2_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, devi
     (t, h, w, l) int64 position ids per batch row, text features of 3 stacked encoder layers."""
     import torch
 
-    dt = _torch_dtype(dtype)
-    cfg = model.config
-    text_len = int((options or {}).get("text_len", FLUX2_TEXT_LEN))
+    dt, cfg, text_len = _prelude(model, dtype, options, FLUX2_TEXT_LEN)
     h, w = shape.height // (VAE_SCALE_FACTOR * 2), shape.width // (VAE_SCALE_FACTOR * 2)
     b = shape.batch
     zero = torch.arange(1)
@@ -119,10 +121,8 @@ def unet_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, devic
     """UNet2DConditionModel inputs as StableDiffusionPipeline builds them."""
     import torch
 
-    dt = _torch_dtype(dtype)
-    cfg = model.config
+    dt, cfg, text_len = _prelude(model, dtype, options, CLIP_TEXT_LEN)
     h, w = latent_size(shape)
-    text_len = int((options or {}).get("text_len", CLIP_TEXT_LEN))
     return {
         "sample": _randn(shape.batch, cfg.in_channels, h, w, dtype=dt, device=device),
         # Scheduler timesteps are 0-d int64 tensors.
@@ -137,10 +137,8 @@ def sd3_inputs(model: Any, model_ref: ModelRef, shape: Shape, dtype: Any, device
     """SD3Transformer2DModel inputs as StableDiffusion3Pipeline builds them (CLIP 77 + T5 256 tokens)."""
     import torch
 
-    dt = _torch_dtype(dtype)
-    cfg = model.config
+    dt, cfg, text_len = _prelude(model, dtype, options, SD3_TEXT_LEN)
     h, w = latent_size(shape)
-    text_len = int((options or {}).get("text_len", SD3_TEXT_LEN))
     b = shape.batch
     return {
         "hidden_states": _randn(b, cfg.in_channels, h, w, dtype=dt, device=device),
