@@ -24,7 +24,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..config import PlannedEntry
+    from ..config import MatrixEntry
     from ..fingerprint import Fingerprint
 
 
@@ -139,8 +139,8 @@ def explain(entry: str | None, config_path: str, model: str | None, shape: str |
         sys.exit(1)
 
 
-def _choose_entries(entries: list[PlannedEntry], key: str | None, model: str | None, shape: str | None,
-                    source: str) -> list[PlannedEntry]:
+def _choose_entries(entries: list[MatrixEntry], key: str | None, model: str | None, shape: str | None,
+                    source: str) -> list[MatrixEntry]:
     from ..errors import UsageError
 
     if key is not None and (model or shape):

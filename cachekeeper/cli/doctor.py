@@ -31,7 +31,7 @@ def _options(config_path: str | None, backend: str) -> dict[str, str]:
         return {}
     from ..config import load_config
 
-    return load_config(config_path).options_for(backend)
+    return load_config(config_path).backend_options_for(backend)
 
 
 def _cache_dir(backend: Any) -> dict[str, str | None]:

@@ -22,7 +22,7 @@ from .resolve import Pin, read_lockfile
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
-    from ..config import Config, PlannedEntry
+    from ..config import Config, MatrixEntry
     from ..fingerprint import Fingerprint
     from ..signing import PublicKey
     from ..stores.base import Store
@@ -67,7 +67,7 @@ def pick_backend(config: Config | None, backend: str | None) -> str:
 def backend_options(config: Config | None, backend: str, options: Mapping[str, str] | None = None,
                     device: str | None = None) -> dict[str, str]:
     """The config's options for `backend`, overridden by `options`, then by `device`."""
-    merged = config.options_for(backend) if config else {}
+    merged = config.backend_options_for(backend) if config else {}
     merged.update(options or {})
     if device:
         merged["device"] = device
@@ -87,7 +87,7 @@ def host_toolchain(config: Config | None, name: str, options: Mapping[str, str] 
     return HostToolchain(name, backend, backend.fingerprint(opts), opts)
 
 
-def only_shapes(entries: list[PlannedEntry], shapes: Sequence[str], source: str) -> list[PlannedEntry]:
+def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) -> list[MatrixEntry]:
     """Keep entries of the named shapes; a shape the config does not declare is an error, not a miss."""
     if not shapes:
         return entries

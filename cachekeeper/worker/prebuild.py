@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..backends import get_backend
 from ..backends.base import Backend, BuildJob
-from ..config import Config, PlannedEntry
+from ..config import Config, MatrixEntry
 from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
 from ..layout import manifest_key, manifest_prefix, parse_manifest_key
@@ -106,12 +106,12 @@ class RunSettings:
     wait_poll_s: float = WAIT_POLL_S
 
 
-def toolchains(config: Config, entries: list[PlannedEntry]) -> dict[str, Toolchain]:
+def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, Toolchain]:
     """This host's fingerprint for each backend the plan uses; an unusable backend stops the run."""
     out: dict[str, Toolchain] = {}
     for name in sorted({e.spec.backend for e in entries}):
         backend = get_backend(name)
-        options = config.options_for(name)
+        options = config.backend_options_for(name)
         reason = backend.unavailable_reason(options)
         if reason:
             raise BackendUnavailable(f"backend {name} cannot build on this host: {reason}")
@@ -125,20 +125,20 @@ def key_of(spec: EntrySpec) -> str:
     return spec.key
 
 
-def _outcome(entry: PlannedEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "") -> Outcome:
+def _outcome(entry: MatrixEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "") -> Outcome:
     return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail)
 
 
 # --- what is built already ---------------------------------------------------------------------------
 
 
-def split_built(entries: list[PlannedEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
-                *, verify_store: bool = False) -> tuple[list[PlannedEntry], list[Outcome]]:
+def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
+                *, verify_store: bool = False) -> tuple[list[MatrixEntry], list[Outcome]]:
     """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request.
     When the store was asked too, the index is repaired to match it (the bucket is the source of truth)."""
-    todo: list[PlannedEntry] = []
+    todo: list[MatrixEntry] = []
     present: list[Outcome] = []
-    by_fp: dict[str, list[PlannedEntry]] = {}
+    by_fp: dict[str, list[MatrixEntry]] = {}
     for e in entries:
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
@@ -161,7 +161,7 @@ def _index(store: Store, catalog: Catalog, key: str) -> None:
     catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
 
 
-def published_since(entry: PlannedEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> bool:
+def published_since(entry: MatrixEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> bool:
     """One HEAD before compiling a claimed entry: another worker (another config) may have published it."""
     key = manifest_key(tc.fingerprint.id, entry.spec.key)
     if not store.exists(key):
@@ -174,8 +174,8 @@ def published_since(entry: PlannedEntry, tc: Toolchain, store: Store, catalog: C
 # --- shards ------------------------------------------------------------------------------------------
 
 
-def shard_entries(entries: list[PlannedEntry], tcs: dict[str, Toolchain], shard: Shard, store: Store,
-                  catalog: Catalog | None) -> list[PlannedEntry]:
+def shard_entries(entries: list[MatrixEntry], tcs: dict[str, Toolchain], shard: Shard, store: Store,
+                  catalog: Catalog | None) -> list[MatrixEntry]:
     """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
     ours = {tc.fingerprint.id for tc in tcs.values()}
     keys = [key_of(e.spec) for e in entries]
@@ -209,7 +209,7 @@ def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) ->
 # --- one build ---------------------------------------------------------------------------------------
 
 
-def build_entry(entry: PlannedEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
+def build_entry(entry: MatrixEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
                 workdir_root: Path | None = None, env: dict[str, str] | None = None,
                 stop: threading.Event | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
     """Compile and publish one entry; None if `stop` was set (the lease was lost) before it published."""
@@ -250,7 +250,7 @@ class _Run:
         self.lock = threading.Lock()
         self.worker = settings.worker or f"{socket.gethostname()}:{os.getpid()}"
         self.refused: set[str] = set()
-        self.plan: dict[tuple[str, str], PlannedEntry] = {}
+        self.plan: dict[tuple[str, str], MatrixEntry] = {}
         self.by_fp = {tc.fingerprint.id: tc for tc in tcs.values()}
 
     def done(self, o: Outcome) -> None:
@@ -259,7 +259,7 @@ class _Run:
         if self.progress is not None:
             self.progress(o)
 
-    def build(self, entry: PlannedEntry, tc: Toolchain, env: dict[str, str],
+    def build(self, entry: MatrixEntry, tc: Toolchain, env: dict[str, str],
               stop: threading.Event | None = None) -> Outcome | None:
         return build_entry(entry, tc, self.store, catalog=self.catalog, timeout=self.config.build_timeout,
                            workdir_root=self.settings.workdir_root, env=env, stop=stop,
@@ -267,7 +267,7 @@ class _Run:
 
     # without a catalog: the slots take entries off one shared list
 
-    def walk(self, todo: list[PlannedEntry], envs: dict[str, list[dict[str, str]]], workers: int) -> None:
+    def walk(self, todo: list[MatrixEntry], envs: dict[str, list[dict[str, str]]], workers: int) -> None:
         pending = list(reversed(todo))
 
         def slot(i: int) -> None:
@@ -331,7 +331,7 @@ class _Run:
                 catalog.finish(c, o.detail if o.status == "built" else "")
         self.done(o)
 
-    def settle(self, wanted: list[PlannedEntry]) -> tuple[list[Outcome], int]:
+    def settle(self, wanted: list[MatrixEntry]) -> tuple[list[Outcome], int]:
         """Outcomes of wanted entries this worker did not report: (done/failed elsewhere, held live) and
         how many are claimable again (a lease ran out, a requeue)."""
         assert self.catalog is not None
