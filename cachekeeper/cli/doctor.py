@@ -26,14 +26,6 @@ def _backend_names() -> list[str]:
     return sorted(registry())
 
 
-def _options(config_path: str | None, backend: str) -> dict[str, str]:
-    if config_path is None:
-        return {}
-    from ..config import load_config
-
-    return load_config(config_path).backend_options_for(backend)
-
-
 def _cache_dir(backend: Any) -> dict[str, str | None]:
     value = os.environ.get(backend.env_var)
     if value:
@@ -98,8 +90,11 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool) -> None:
     """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
+    from ..hydrate.request import backend_options, load_config
+
     names = list(backends) or _backend_names()
-    rows = [check_backend(n, _options(config_path, n)) for n in names]
+    config = load_config(config_path)   # once, not once per backend
+    rows = [check_backend(n, backend_options(config, n)) for n in names]
     if as_json:
         click.echo(json.dumps({"backends": rows}, indent=1, sort_keys=True))
     else:
