@@ -113,17 +113,11 @@ class Catalog:
                 kind: str = KIND_ENTRY, as_json: bool = False) -> Iterator[list[str]]:
         """What `find` returns, as `ls` lines (text, or JSON lines) in batches streamed from the database
         (`listing.py`): constant memory, no row objects, at any catalog size."""
-        from .listing import BATCH, json_query, text_line, text_query
+        from .listing import lines
 
         with self._read() as conn:
-            if as_json:
-                query = json_query(conn.dialect.name, fingerprint_id, backend, model, kind)
-                result = conn.execution_options(yield_per=BATCH).execute(query)
-                yield from (list(part) for part in result.scalars().partitions(BATCH))
-            else:
-                result = conn.execution_options(yield_per=BATCH).execute(
-                    text_query(fingerprint_id, backend, model, kind))
-                yield from ([text_line(r) for r in part] for part in result.partitions(BATCH))
+            yield from lines(conn, self.url, fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind,
+                             as_json=as_json)
 
     def lookup(self, fingerprint_id: str, names: Iterable[str]) -> dict[str, CatalogRow]:
         """The rows for those entry keys / shared-set names that the catalog has; absent names are misses."""
