@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from . import cli
-from .commands import _say, _store, json_option, store_option
+from .options import json_option, opened_store, say, store_option
 
 if TYPE_CHECKING:
     from ..gc import GcPlan
@@ -25,7 +24,7 @@ def show(key: str, store_url: str | None, as_json: bool) -> None:
     """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
     from ..manifest import Manifest
 
-    with contextlib.closing(_store(store_url, None)) as store:
+    with opened_store(store_url, None) as store:
         found = _manifest_at(store, key)
         m = Manifest.from_bytes(store.get_bytes(found), source=found)
     doc = m.to_dict()
@@ -60,7 +59,7 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
     from ..verify import repair as repair_store
     from ..verify import verify_store
 
-    with contextlib.closing(_store(store_url, None)) as store:
+    with opened_store(store_url, None) as store:
         inventory = scan(store, debris=False)
         problems = list(verify_store(store, inventory, deep=deep))
         count = len(inventory.manifests) + len(inventory.unreadable)
@@ -68,11 +67,11 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
             click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems]}))
         for p in problems:
             click.echo(f"BAD  {p.key}: {p.what}")
-        _say(f"verify: {count} manifests, {len(problems)} problems")
+        say(f"verify: {count} manifests, {len(problems)} problems")
         if problems and repair:
             for key in repair_store(store, inventory, problems):
                 click.echo(f"removed  {key}")
-            _say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
+            say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
                  "(and `cachekeeper catalog rebuild` drops their rows)")
     if problems:
         sys.exit(1)
@@ -90,18 +89,18 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
 
-    with contextlib.closing(_store(store_url, None)) as store:
+    with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)
         (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
         for key in plan.unreadable:
-            _say(f"warning: unreadable manifest kept: {key}")
+            say(f"warning: unreadable manifest kept: {key}")
         if execute:
             run_gc(store, plan)
         debris_note = store.debris_note
-    _say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
+    say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
          f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
          f"{plan.young} unreferenced objects younger than {min_age:.0f}s kept")
-    _say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
+    say(f"gc: {len(plan.delete_debris)} pieces of debris of killed publishers "
          f"{'removed' if execute else 'to remove'}, {plan.young_debris} younger than {min_age:.0f}s kept"
          + (f"; {debris_note}" if debris_note else ""))
     if as_json:
