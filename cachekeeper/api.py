@@ -51,22 +51,17 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     """Fill this host's cache dir with the prebuilt (and captured) artifacts its toolchain can use.
 
     The wanted entries come from `config` (optionally only `models`/`shapes`), from a `lockfile`, or,
-    with neither, from listing the store. `deadline`/`best_effort` bound the boot as the CLI's flags do.
+    with neither, from listing the store. `deadline`/`best_effort` bound the boot as the CLI's flags do
+    (unset, the config's `hydrate` settings apply, as in the CLI).
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    from .hydrate import hydrate as run
-    from .hydrate.request import resolve_request, store_opener
-    from .hydrate.request import trusted_keys as parse_keys
+    from .hydrate.request import resolve_request, run_request
 
-    cfg = _config(config)
-    req = resolve_request(config=cfg, lockfile=lockfile, backend=backend, models=models, shapes=shapes,
-                          device=device, options=options, dest=dest)
-    tc = req.toolchain
-    tc.backend.env_exports(req.dest.absolute())  # refuses env that would make the runtime ignore the dir, first
-    return run(open_store=store_opener(store, cfg), fingerprint=tc.fingerprint, dest=req.dest,
-               extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins, models=set(models) or None,
-               verify=verify, require_all=require_all, threads=threads, trusted=parse_keys(trusted_keys),
-               deadline=deadline, best_effort=best_effort)
+    req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
+                          device=device, options=options, dest=dest, store_url=store)
+    report, _ = run_request(req, verify=verify, require_all=require_all, threads=threads, trusted=trusted_keys,
+                            deadline=deadline, best_effort=best_effort)
+    return report
 
 
 def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrPath | None = None,

@@ -53,34 +53,27 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
-    from ..hydrate import hydrate as run
-    from ..hydrate.request import resolve_request, store_opener
-    from ..hydrate.request import trusted_keys as parse_keys
+    from ..hydrate.request import resolve_request, run_request
 
-    config = load_config(config_path)
-    req = resolve_request(config=config, lockfile=lockfile, backend=backend, models=models, shapes=shapes,
-                          device=device, options=backend_pairs(pairs), dest=dest)
-    tc = req.toolchain
-    exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
-    report = run(open_store=store_opener(store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
-                 extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins, models=set(models) or None,
-                 verify=verify, require_all=require_all, threads=threads, trusted=parse_keys(trusted_keys),
-                 deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
-                 best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress_line())
+    req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
+                          shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
+    report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
+                                  trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
+                                  progress=progress_line())
     if as_json:
-        click.echo(json.dumps(_report_json(report, req, store_url)))
+        click.echo(json.dumps(_report_json(report, req)))
     if print_env:
         for var, value in exports.items():
             click.echo(f"export {var}={shlex.quote(value)}")
     if report.missing:
-        say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {tc.fingerprint.id}; "
+        say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {report.fingerprint_id}; "
             "they will compile at first use (`cachekeeper coverage` lists them)")
     if report.incomplete:
         say(f"warning: hydrate incomplete ({report.incomplete}); the server compiles what is missing")
     summarize(report)
 
 
-def _report_json(report: HydrateReport, req: HydrateRequest, store_url: str | None) -> dict[str, object]:
+def _report_json(report: HydrateReport, req: HydrateRequest) -> dict[str, object]:
     """The report, the fleet figures, and why each miss missed, as `explain` says it (no database)."""
     from ..fleet import hydrate_counts
     from ..hydrate.request import store_opener
@@ -92,7 +85,7 @@ def _report_json(report: HydrateReport, req: HydrateRequest, store_url: str | No
 
         config, name = req.config, req.toolchain.name
         labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
-        doc["explanations"] = explain_misses(store_opener(store_url, config), req.toolchain.fingerprint,
+        doc["explanations"] = explain_misses(store_opener(req.store_url, config), req.toolchain.fingerprint,
                                              report.missing, labels)
     return doc
 

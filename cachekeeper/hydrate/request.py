@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from ..fingerprint import Fingerprint
     from ..signing import PublicKey
     from ..stores.base import Store
+    from . import HydrateReport
+    from .fetch import FetchStats
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class HydrateRequest:
     toolchain: HostToolchain
     pins: list[Pin] | None       # None: every entry the store has for this toolchain
     dest: Path
+    models: frozenset[str] | None = None    # only these models (listing mode; a config's pins are filtered)
+    store_url: str | None = None            # None: the config's store, else the default
 
 
 def load_config(path: str | PathLike[str] | None) -> Config | None:
@@ -128,8 +132,8 @@ def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
 
 def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,
                     models: Sequence[str] = (), shapes: Sequence[str] = (), device: str | None = None,
-                    options: Mapping[str, str] | None = None,
-                    dest: str | PathLike[str] | None = None) -> HydrateRequest:
+                    options: Mapping[str, str] | None = None, dest: str | PathLike[str] | None = None,
+                    store_url: str | None = None) -> HydrateRequest:
     """A lockfile pins exact manifests (and names its backend and toolchain, which must be this host's);
     a config names entries (optionally only some models and shapes); neither lists the store."""
     pins: list[Pin] | None = None
@@ -145,4 +149,22 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
     target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
-    return HydrateRequest(config, tc, pins, target)
+    return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url)
+
+
+def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
+                trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
+                progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
+    """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
+    hydrate settings apply unless the caller sets them."""
+    from . import hydrate
+
+    tc, config = req.toolchain, req.config
+    exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
+    report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
+                     extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
+                     models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
+                     threads=threads, trusted=trusted_keys(trusted),
+                     deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
+                     best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress)
+    return report, exports

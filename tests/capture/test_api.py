@@ -90,3 +90,12 @@ def test_a_bounded_best_effort_hydrate_boots_past_a_dead_store(host: World, monk
     assert report.incomplete and report.files_fetched == 0
     with pytest.raises(CachekeeperError):
         cachekeeper.hydrate(dest=host.tmp / "b", **dead)  # type: ignore[arg-type]
+
+
+def test_the_api_applies_the_configs_hydrate_settings_as_the_cli_does(host: World) -> None:
+    missing_store = f"file://{host.tmp / 'no-such-store'}"
+    with pytest.raises(CachekeeperError):
+        cachekeeper.hydrate(config=host.config, dest=host.tmp / "a", store=missing_store)
+    host.config.write_text(host.config.read_text() + "hydrate:\n  best_effort: true\n")
+    report = cachekeeper.hydrate(config=host.config, dest=host.tmp / "b", store=missing_store)
+    assert report.incomplete and report.files_fetched == 0   # the server starts and compiles what it needs
