@@ -115,6 +115,20 @@ def test_coverage_exits_non_zero_while_a_deployment_would_compile(env: Env) -> N
     assert other.returncode == 1  # another compiler: nothing counts as built
 
 
+def test_coverage_names_the_worker_building_a_missing_entry(env: Env) -> None:
+    from cachekeeper.catalog import Catalog
+
+    rows = json.loads(env.run("coverage", str(env.config), "--json", ok=False).stdout)["entries"]
+    fp_id, key = rows[0]["fingerprint_id"], rows[0]["key"]
+    assert all(r["held_by"] is None for r in rows)
+    with Catalog.open(f"sqlite:///{env.tmp / 'home' / 'catalog.db'}") as catalog:
+        catalog.enqueue([(fp_id, key, "{}")])
+        assert catalog.claim("w9", lease_s=300, fingerprint_id=fp_id) is not None
+    held = json.loads(env.run("coverage", str(env.config), "--json", ok=False).stdout)["entries"]
+    assert [r["held_by"] for r in held if r["key"] == key] == ["w9"]
+    assert "(held by w9)" in env.run("coverage", str(env.config), ok=False).stdout
+
+
 def test_a_lockfile_pins_exact_manifests(built: Env) -> None:
     lockfile = built.tmp / "ck.lock"
     built.run("lock", "--config", str(built.config), "-o", str(lockfile))

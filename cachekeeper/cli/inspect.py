@@ -116,7 +116,8 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
     else:
         for r in rows:
             state = "built  " if r["built"] else "MISSING"
-            click.echo(f"{state}  {r['fingerprint_id']}  {r['key'][:12]}  {r['entry']}")
+            held = f"  (held by {r['held_by']})" if r["held_by"] else ""
+            click.echo(f"{state}  {r['fingerprint_id']}  {r['key'][:12]}  {r['entry']}{held}")
         for fp_id, n in sorted(captured.items()):
             if n:
                 click.echo(f"captured {fp_id}  {n} sets of runtime compiles (`cachekeeper ls --captured`)")
@@ -136,10 +137,13 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
     captured: dict[str, int] = {}
     for name, fp_id in fp_ids.items():
         entries = config.entries({name})
-        presence = look_up(fp_id, [e.spec.key for e in entries], catalog=catalog, store=store)
+        # With a catalog, its queue also says which missing entries a live worker is building right now.
+        presence = look_up(fp_id, [e.spec.key for e in entries], catalog=catalog, store=store,
+                           holders=catalog is not None)
         captured[fp_id] = captured_sets(fp_id, catalog=catalog, store=store)
         rows += [{"backend": name, "fingerprint_id": fp_id, "key": e.spec.key, "entry": e.spec.label(),
-                  "built": presence.is_built(e.spec.key)} for e in entries]
+                  "built": presence.is_built(e.spec.key), "held_by": presence.held.get(e.spec.key)}
+                 for e in entries]
     return rows, captured
 
 
