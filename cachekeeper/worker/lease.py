@@ -9,6 +9,7 @@ reclaimed after expiry) sets `lost`, and the build is stopped: the new holder ow
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE_S = 30.0
 DEFAULT_HEARTBEAT_S = 5.0
+FIRST_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -63,3 +65,28 @@ class Heartbeat:
             except CatalogError:
                 # The database is briefly unreachable: keep trying until the lease itself runs out.
                 continue
+
+
+class Backoff:
+    """The pause between polls for entries other workers hold (`--wait`): 0.1 s at first, doubling up to
+    `ceiling_s`. A held entry is often moments from done (the fleet's last builds end together), so a
+    fixed long pause would idle every worker past the end of the run; the doubling keeps N idle workers
+    from polling the catalog at 10 Hz through a long compile."""
+
+    def __init__(self, ceiling_s: float, first_s: float = FIRST_POLL_S) -> None:
+        self._ceiling_s = ceiling_s
+        self._first_s = min(first_s, ceiling_s)
+        self._next_s = self._first_s
+
+    def next_s(self) -> float:
+        """The pause to take now; the one after it is twice as long, up to the ceiling."""
+        pause = self._next_s
+        self._next_s = min(self._next_s * 2, self._ceiling_s)
+        return pause
+
+    def sleep(self) -> None:
+        time.sleep(self.next_s())
+
+    def reset(self) -> None:
+        """Progress was made: the next wait starts short again."""
+        self._next_s = self._first_s

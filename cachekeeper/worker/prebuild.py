@@ -37,7 +37,7 @@ from ..spec import EntrySpec
 from ..stores.base import Store
 from . import payload
 from .devices import slot_envs
-from .lease import Heartbeat, LeaseSettings
+from .lease import Backoff, Heartbeat, LeaseSettings
 from .runner import run_build_process
 from .shard import Shard, split
 from .workdirs import sweep_stale, workdir
@@ -400,16 +400,19 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     run.plan = {(tcs[e.spec.backend].fingerprint.id, key_of(e.spec)): e for e in todo}
     catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
     catalog.requeue(run.plan)
+    backoff = Backoff(settings.wait_poll_s)
     while True:
         before = len(report.outcomes)
         run.drain(envs, workers)
         settled, claimable = run.settle(todo)
+        if len(report.outcomes) != before:
+            backoff.reset()
         if claimable:
             if len(report.outcomes) == before:   # clocks disagree on an expiry by a moment: do not spin
                 time.sleep(min(settings.wait_poll_s, 0.5))
             continue
         if any(o.status == "held" for o in settled) and settings.wait:
-            time.sleep(settings.wait_poll_s)
+            backoff.sleep()
             continue
         for o in settled:
             run.done(o)

@@ -19,7 +19,7 @@ from cachekeeper.errors import ConfigError, QueuePayloadError, UsageError
 from cachekeeper.spec import EntrySpec, Shape
 from cachekeeper.worker import payload
 from cachekeeper.worker.devices import slot_envs
-from cachekeeper.worker.lease import LeaseSettings
+from cachekeeper.worker.lease import Backoff, LeaseSettings
 from cachekeeper.worker.shard import Shard, parse_shard, split
 from cachekeeper.worker.workdirs import sweep_stale, workdir
 
@@ -105,6 +105,14 @@ def test_the_lease_must_outlast_the_heartbeat() -> None:
         LeaseSettings(5, 5)
     with pytest.raises(UsageError, match="--heartbeat must be a positive"):
         LeaseSettings(5, 0)
+
+
+def test_waiting_for_held_entries_polls_soon_then_backs_off_to_the_ceiling() -> None:
+    backoff = Backoff(2.0)
+    assert [backoff.next_s() for _ in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    backoff.reset()                      # this worker built something: the next wait starts short again
+    assert backoff.next_s() == 0.1
+    assert Backoff(0.05).next_s() == 0.05    # a ceiling below the first pause wins
 
 
 # --- devices -----------------------------------------------------------------------------------------
