@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import itertools
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
@@ -35,12 +36,40 @@ def safe_relpath(rel: str) -> PurePosixPath:
 
 def safe_join(root: Path, rel: str) -> Path:
     """`root / rel`, refusing anything that could land outside `root`, also through a symlinked parent."""
-    target = root / safe_relpath(rel)
-    real_root = os.path.realpath(root)
-    real_parent = os.path.realpath(target.parent)
-    if real_parent != real_root and not real_parent.startswith(real_root + os.sep):
-        raise UnsafePath(f"path escapes {root}: {rel!r}")
-    return target
+    return SafeJoiner().join(root, rel)
+
+
+class SafeJoiner:
+    """`safe_join` for the many paths of one plan: each directory's real path is resolved once, from
+    its parent's and one lstat, instead of a `realpath` walk from `/` for every file (two walks of
+    about 13 lstats each per file were most of a 2,000-file plan's time). Same verdicts as `realpath`:
+    a symlinked directory is resolved in full, a missing one just extends its parent."""
+
+    def __init__(self) -> None:
+        self._real: dict[str, str] = {}
+
+    def _realdir(self, path: str, root: str) -> str:
+        real = self._real.get(path)
+        if real is None:
+            head, name = os.path.split(path)
+            if path == root or head in ("", path):  # the top of the walk: resolved in full
+                real = os.path.realpath(path)
+            else:
+                try:
+                    link = stat.S_ISLNK(os.lstat(path).st_mode)
+                except OSError:  # missing, or a file in the way: realpath would just append the name
+                    link = False
+                real = os.path.realpath(path) if link else os.path.join(self._realdir(head, root), name)
+            self._real[path] = real
+        return real
+
+    def join(self, root: Path, rel: str) -> Path:
+        target = root / safe_relpath(rel)
+        real_root = self._realdir(str(root), str(root))
+        real_parent = self._realdir(str(target.parent), str(root))
+        if real_parent != real_root and not real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise UnsafePath(f"path escapes {root}: {rel!r}")
+        return target
 
 
 def ensure_dir(path: Path) -> None:
@@ -50,7 +79,7 @@ def ensure_dir(path: Path) -> None:
         raise DestinationError(f"cannot create directory {path}: {exc.strerror}") from None
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | Path) -> None:
     """Make a directory's entries (a rename, a new child) durable; best effort where unsupported."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

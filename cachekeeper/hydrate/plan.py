@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ManifestError
-from ..fsutil import safe_join
+from ..fsutil import SafeJoiner
 from ..manifest import FileRecord, Manifest
 from .state import PlacedFile, State, file_key
 
@@ -53,6 +53,7 @@ def plan_hydrate(manifests: list[Manifest], roots: Mapping[str, Path], state: St
     `check_parents(root, rel)` vets the directories on the way (symlinks, files in the way).
     """
     plan = HydratePlan()
+    joiner = SafeJoiner()
     claimed: set[str] = set()
     dirs: dict[str, str] = {}    # "root/dir" -> the manifest that needs it to be a directory
     owners: dict[str, str] = {}  # "root/path" -> the manifest that places a file there
@@ -64,7 +65,7 @@ def plan_hydrate(manifests: list[Manifest], roots: Mapping[str, Path], state: St
                 raise ManifestError(f"manifest {m.name} places files in root {rec.root!r}, which this backend "
                                     f"does not have (it has {', '.join(sorted(roots))})")
             _claim_dirs(m.name, rec, dirs, owners)
-            target = safe_join(roots[rec.root], rec.path)
+            target = joiner.join(roots[rec.root], rec.path)
             if check_parents is not None:
                 check_parents(roots[rec.root], rec.path)
             key = file_key(rec.root, rec.path)

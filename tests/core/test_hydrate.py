@@ -246,7 +246,8 @@ hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchai
 """
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(list(dest.rglob("d/*"))) < 3:
+    # Wait for placed files, not temp files: verified files can wait for their fsync + rename.
+    while time.monotonic() < deadline and len([p for p in dest.rglob("d/*") if not p.name.endswith("ck-tmp")]) < 2:
         time.sleep(0.02)
     proc.kill()
     proc.wait()
