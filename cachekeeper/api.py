@@ -82,7 +82,7 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from .capture import capture as run
     from .capture import never_hydrated
-    from .hydrate.request import store_opener
+    from .hydrate.request import store_on_demand
     from .hydrate.state import load_state
 
     state = load_state(Path(dest)) if Path(dest).is_dir() else None
@@ -95,8 +95,10 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
         from .signing import SigningKey
 
         key = SigningKey.load(Path(sign_key))
-    return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_opener(store, cfg) if publish else None,
-               settle_s=settle, signing_key=key, catalog=_catalog_opener(catalog, cfg) if publish and catalog else None)
+    with store_on_demand(store, cfg) as store_fn:
+        return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
+                   settle_s=settle, signing_key=key,
+                   catalog=_catalog_opener(catalog, cfg) if publish and catalog else None)
 
 
 def _catalog_opener(url: str, config: Config | None) -> Callable[[], Catalog]:

@@ -45,7 +45,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     from ..capture import capture as run
     from ..capture import never_hydrated
     from ..errors import UsageError
-    from ..hydrate.request import store_opener
+    from ..hydrate.request import store_on_demand
     from ..hydrate.state import load_state
 
     if watch is not None and (watch <= 0 or not publish):
@@ -62,16 +62,16 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
         from ..signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
     catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish and catalog_url else None
-    store_fn = store_opener(store_url, config) if publish else None
+    with store_on_demand(store_url, config) as store_fn:   # one store for every round, closed at the end
 
-    def once() -> CaptureReport:
-        return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn, settle_s=settle,
-                   lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
+        def once() -> CaptureReport:
+            return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
+                       settle_s=settle, lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
 
-    if watch is None:
-        _show(once(), publish, as_json)
-        return
-    _watch(once, watch, as_json)
+        if watch is None:
+            _show(once(), publish, as_json)
+        else:
+            _watch(once, watch, as_json)
 
 
 def _show(report: CaptureReport, published: bool, as_json: bool) -> None:

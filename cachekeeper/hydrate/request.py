@@ -10,7 +10,8 @@ backends and signing are imported only when used.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -128,6 +129,25 @@ def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
         return open_store(url or (config.store if config else None), create=False)
 
     return open_it
+
+
+@contextlib.contextmanager
+def store_on_demand(url: str | None, config: Config | None) -> Iterator[Callable[[], Store]]:
+    """An opener for code that opens its store late, often, or not at all (capture's rounds): the store is
+    opened on the first call, the same one is handed out after, and it is closed when the block ends."""
+    opened: list[Store] = []
+    open_it = store_opener(url, config)
+
+    def get() -> Store:
+        if not opened:
+            opened.append(open_it())
+        return opened[0]
+
+    try:
+        yield get
+    finally:
+        for store in opened:
+            store.close()
 
 
 def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,

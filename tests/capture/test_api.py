@@ -99,3 +99,18 @@ def test_the_api_applies_the_configs_hydrate_settings_as_the_cli_does(host: Worl
     host.config.write_text(host.config.read_text() + "hydrate:\n  best_effort: true\n")
     report = cachekeeper.hydrate(config=host.config, dest=host.tmp / "b", store=missing_store)
     assert report.incomplete and report.files_fetched == 0   # the server starts and compiles what it needs
+
+
+def test_capture_and_hydrate_close_the_store_they_opened(host: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.stores.file import FileStore
+
+    closed: list[str] = []
+    monkeypatch.setattr(FileStore, "close", lambda self: closed.append(self.url))
+    dest = host.tmp / "dest"
+    cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
+    assert len(closed) == 1
+    runtime_writes(dest, "new/c.neff", b"runtime")
+    cachekeeper.capture(dest, config=host.config, settle=0.05)   # no --publish: no store opened, none closed
+    assert len(closed) == 1
+    cachekeeper.capture(dest, config=host.config, publish=True, store=host.store_url, settle=0.05)
+    assert len(closed) == 2
