@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .manifest import CAPTURED_PREFIX
+from .layout import is_captured_name
 
 _ENTRY_KEY = re.compile(r"[0-9a-f]{32}")   # an entry is named by its spec key; shared sets "<root>-<hash>"
 
@@ -18,4 +18,4 @@ def hydrate_counts(manifests: Iterable[str], missing: Iterable[str]) -> dict[str
     """{"hit": prebuilt entries in place, "missed": wanted entries not built, "captured": captured sets applied}."""
     names = list(manifests)
     return {"hit": sum(1 for n in names if _ENTRY_KEY.fullmatch(n)), "missed": len(list(missing)),
-            "captured": sum(1 for n in names if n.startswith(CAPTURED_PREFIX))}
+            "captured": sum(1 for n in names if is_captured_name(n))}
