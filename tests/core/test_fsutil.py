@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.errors import DestinationError, IntegrityError, LockBusy, UnsafePath
-from cachekeeper.fsutil import FileLock, atomic_write_bytes, atomic_writer, safe_join, safe_relpath, sweep_temp
+from cachekeeper.fsutil import (
+    FileLock,
+    SafeJoiner,
+    atomic_write_bytes,
+    atomic_writer,
+    safe_join,
+    safe_relpath,
+    sweep_temp,
+)
 
 HOSTILE = ["../x", "a/../../x", "/etc/passwd", "a\\..\\b", "a\x00b", "", ".", "a/./b", "a//b", "C:/x", "..",
            "x/.."]
@@ -34,6 +43,35 @@ def test_a_symlinked_parent_cannot_carry_a_write_outside_the_root(tmp_path: Path
     with pytest.raises(UnsafePath):
         safe_join(root, "link/file")
     assert safe_join(root, "dir/file") == root / "dir" / "file"
+
+
+def _escapes_by_realpath(root: Path, rel: str) -> bool:
+    """The reference verdict: a full `realpath` walk of the target's parent."""
+    real_root, real_parent = os.path.realpath(root), os.path.realpath((root / rel).parent)
+    return real_parent != real_root and not real_parent.startswith(real_root + os.sep)
+
+
+def test_the_cached_joiner_gives_realpaths_verdict_for_every_kind_of_parent(tmp_path: Path) -> None:
+    """One joiner per plan resolves each directory once; its verdicts must stay realpath's, also when a
+    symlink sits below a directory it has already resolved, or points back inside the root."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "real" / "deep").mkdir(parents=True)
+    outside.mkdir()
+    (root / "real" / "out").symlink_to(outside)               # below a resolved dir, escaping
+    (root / "real" / "back").symlink_to(root / "real" / "deep")  # a symlink that stays inside
+    (root / "real" / "up").symlink_to("../..")                # relative, escaping
+    (root / "file").write_bytes(b"x")                         # a file in the way (not an escape)
+    rels = ["a", "real/f", "real/deep/f", "new/dir/f", "real/out/f", "real/out/sub/f", "real/back/f",
+            "real/back/new/f", "real/up/f", "file/f", "real/deep/f2", "real/out/f2"]
+    joiner = SafeJoiner()
+    for rel in rels:
+        if _escapes_by_realpath(root, rel):
+            with pytest.raises(UnsafePath):
+                joiner.join(root, rel)
+        else:
+            assert joiner.join(root, rel) == root / rel
+    assert [rel for rel in rels if _escapes_by_realpath(root, rel)] == \
+        ["real/out/f", "real/out/sub/f", "real/up/f", "real/out/f2"]
 
 
 def test_atomic_write_checks_the_digest_before_anything_appears(tmp_path: Path) -> None:
