@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..backends import get_backend
 from ..backends.base import Backend, BuildJob
 from ..config import Config, MatrixEntry
-from ..errors import BackendUnavailable, ManifestError, QueuePayloadError
+from ..errors import ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
+from ..hydrate.request import host_toolchain
 from ..layout import manifest_key, manifest_prefix, parse_manifest_key
 from ..manifest import Manifest
 from ..presence import look_up
@@ -107,15 +107,12 @@ class RunSettings:
 
 
 def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, Toolchain]:
-    """This host's fingerprint for each backend the plan uses; an unusable backend stops the run."""
+    """This host's fingerprint for each backend the plan uses (resolved as hydrate resolves it); an
+    unusable backend stops the run."""
     out: dict[str, Toolchain] = {}
     for name in sorted({e.spec.backend for e in entries}):
-        backend = get_backend(name)
-        options = config.backend_options_for(name)
-        reason = backend.unavailable_reason(options)
-        if reason:
-            raise BackendUnavailable(f"backend {name} cannot build on this host: {reason}")
-        out[name] = Toolchain(backend, backend.fingerprint(options), options)
+        tc = host_toolchain(config, name)
+        out[name] = Toolchain(tc.backend, tc.fingerprint, tc.options)
     return out
 
 
