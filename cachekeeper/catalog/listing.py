@@ -7,38 +7,54 @@ constant memory, never built into CatalogRow objects. Rows come by toolchain, th
 Each line is rendered on whichever side is cheaper, measured on a 100k-row catalog
 (benchmarks/catalog_scale.py): SQLite renders it in SQL (`json_object`, `printf`: one string per row
 costs less to fetch than the columns it is made of); on Postgres, `json_build_object` and `to_char` took
-longer on the server than fetching the bare columns and formatting them here, so Python formats them.
-Rows come straight from the driver's cursor: SQLAlchemy's result layer costs more per row than the
-formatting does.
+~0.9 s of server time, more than fetching the bare columns and formatting them here, so Python does.
+
+Rows come straight from the driver's cursor (SQLAlchemy's result layer costs more per row than the
+formatting), and the queries are plain SQL text. So `direct_lines` lists without importing SQLAlchemy at
+all (a third of `ls`'s CPU at 100k rows): in the plain case, a catalog that exists at the head revision,
+the driver alone answers; in any other case it steps aside and the CLI opens the `Catalog`, which
+migrates, or says what is wrong, as every other command does. This module imports no SQLAlchemy.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import itertools
-import typing
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import fields
+from importlib import resources
 from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]
-from typing import Any
-
-from sqlalchemy import ColumnElement, Connection, Select, Text, cast, func, literal_column, select
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError
-from .models import ManifestModel
 from .rows import CatalogRow
 
-M = ManifestModel
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Select
+
 BATCH = 5000
 FIELDS = tuple(f.name for f in fields(CatalogRow))
 TEXT_COLUMNS = ("fingerprint_id", "name", "backend", "model", "component", "mode", "height", "width", "batch",
                 "dtype", "total_size", "file_count")
-# SQLite's printf of the same line as `text_line` (entries always carry model, shape and dtype).
-_SQLITE_TEXT = "%s  %.12s  %-8s %s/%s %s %dx%dx%d %s  %8.1f MB  %d files"
+# SQLite's printf of the line `text_line` writes (entries always carry model, shape and dtype).
+_SQLITE_TEXT = ("printf('%s  %.12s  %-8s %s/%s %s %dx%dx%d %s  %8.1f MB  %d files', "
+                + ", ".join(TEXT_COLUMNS[:10]) + ", total_size / 1e6, file_count)")
+# = db.VERSION_TABLE, CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S (db.py imports SQLAlchemy; tests hold them equal)
+VERSION_TABLE = "cachekeeper_alembic_version"
+CONNECT_TIMEOUT_S = 5
+SQLITE_BUSY_TIMEOUT_S = 30
 
 
 def where_manifests(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
                     kind: str) -> Select[Any]:
-    """The filters `ls` and `Catalog.find` share: one kind, optionally one toolchain, backend and model."""
+    """The filters `Catalog.find` applies (the same as `ls`'s, in SQLAlchemy terms): one kind, optionally
+    one toolchain, backend and model."""
+    from .models import ManifestModel as M
+
     query = query.where(M.kind == kind)
     if fingerprint_id is not None:
         query = query.where(M.fingerprint_id == fingerprint_id)
@@ -49,24 +65,50 @@ def where_manifests(query: Select[Any], fingerprint_id: str | None, backend: str
     return query
 
 
-def _filtered(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
-              kind: str) -> Select[Any]:
-    # By toolchain, then entry key: the order of the (fingerprint_id, name) unique index, so the database
-    # can stream rows without sorting 100k of them first.
-    return where_manifests(query, fingerprint_id, backend, model, kind).order_by(M.fingerprint_id, M.name)
+# --- the queries -------------------------------------------------------------------------------------
 
 
-# --- text lines --------------------------------------------------------------------------------------
+def _sqlite_json_value(name: str) -> str:
+    if name == "created_at":   # stored as UTC text with microseconds
+        return "CAST(created_at AS TEXT) || '+00:00'"
+    if name == "spec":         # stored as JSON text: embed it as JSON, not as a string
+        return "json(spec)"
+    if name == "build":
+        return "coalesce(json(build), json('{}'))"
+    return name
 
 
-def text_query(dialect: str, fingerprint_id: str | None, backend: str | None, model: str | None,
-               kind: str) -> Select[Any]:
-    columns = [getattr(M, c) for c in TEXT_COLUMNS]
+def _postgres_column(name: str) -> str:
+    if name == "spec":         # verbatim JSON text: embedded as it is, never parsed and re-encoded
+        return "spec::text"
+    if name == "build":
+        return "coalesce(build::text, '{}')"
+    return name
+
+
+def listing_sql(dialect: str, *, as_json: bool, fingerprint_id: str | None, backend: str | None,
+                model: str | None, kind: str) -> tuple[str, list[str]]:
+    """(SQL, parameters) of the `ls` query; rows by toolchain, then entry key: the order of the
+    (fingerprint_id, name) unique index, so the database can stream them without sorting 100k first."""
     if dialect == "sqlite":
-        size_mb = M.total_size / literal_column("1e6")
-        line = func.printf(literal_column(f"'{_SQLITE_TEXT}'"), *columns[:10], size_mb, M.file_count)
-        return _filtered(select(line), fingerprint_id, backend, model, kind)
-    return _filtered(select(*columns), fingerprint_id, backend, model, kind)
+        mark = "?"
+        if as_json:
+            columns = "json_object(" + ", ".join(f"'{n}', {_sqlite_json_value(n)}" for n in FIELDS) + ")"
+        else:
+            columns = _SQLITE_TEXT
+    else:
+        mark = "%s"
+        columns = ", ".join(_postgres_column(n) for n in FIELDS) if as_json else ", ".join(TEXT_COLUMNS)
+    where, params = [f"kind = {mark}"], [kind]
+    for column, value in (("fingerprint_id", fingerprint_id), ("backend", backend), ("model", model)):
+        if value is not None:
+            where.append(f"{column} = {mark}")
+            params.append(value)
+    return (f"SELECT {columns} FROM manifests WHERE {' AND '.join(where)} ORDER BY fingerprint_id, name",
+            params)
+
+
+# --- Postgres rows as lines --------------------------------------------------------------------------
 
 
 def text_line(r: tuple[Any, ...]) -> str:
@@ -75,40 +117,8 @@ def text_line(r: tuple[Any, ...]) -> str:
             f"{height}x{width}x{batch} {dtype}  {size / 1e6:8.1f} MB  {files} files")
 
 
-# --- JSON lines --------------------------------------------------------------------------------------
-
-
-def json_query(dialect: str, fingerprint_id: str | None, backend: str | None, model: str | None,
-               kind: str) -> Select[Any]:
-    """SQLite: one rendered line per row. Postgres: the columns `json_line` formats, JSON ones as text."""
-    if dialect == "sqlite":
-        pairs: list[ColumnElement[Any]] = []
-        for name in FIELDS:
-            pairs += [literal_column(f"'{name}'"), _sqlite_json_value(name)]
-        return _filtered(select(func.json_object(*pairs)), fingerprint_id, backend, model, kind)
-    columns: list[ColumnElement[Any]] = []
-    for name in FIELDS:
-        column = getattr(M, name)
-        if name == "spec":      # verbatim JSON text: embedded as it is, never parsed and re-encoded
-            column = cast(column, Text)
-        elif name == "build":
-            column = func.coalesce(cast(column, Text), "{}")
-        columns.append(column)
-    return _filtered(select(*columns), fingerprint_id, backend, model, kind)
-
-
-def _sqlite_json_value(name: str) -> ColumnElement[Any]:
-    column = getattr(M, name)
-    if name == "created_at":   # stored as UTC text with microseconds
-        return cast(column, Text).concat("+00:00")
-    if name in ("spec", "build"):
-        value = func.json(column)   # stored as JSON text: embed it as JSON, not as a string
-        return func.coalesce(value, func.json("{}")) if name == "build" else value
-    return typing.cast(ColumnElement[Any], column)
-
-
 def json_line(r: tuple[Any, ...]) -> str:
-    """One Postgres row of `json_query` as its JSON line (keys in `FIELDS` order; the tests hold it to that).
+    """One Postgres row of the JSON query as its line (keys in `FIELDS` order; the tests hold it to that).
     Null checks are inline: a helper call per field costs a third of the formatting at 100k rows."""
     (digest, key, kind, name, fp, entry_key, backend, model, component, mode, height, width, batch, dtype,
      revision, total_size, file_count, blob_count, created_at, store_url, spec, build) = r
@@ -124,42 +134,143 @@ def json_line(r: tuple[Any, ...]) -> str:
             f'"created_at":"{created_at}","store_url":{q(store_url)},"spec":{spec or "null"},"build":{build}}}')
 
 
-# --- streaming ---------------------------------------------------------------------------------------
+# --- streaming from a driver connection --------------------------------------------------------------
 
 
 def lines(conn: Connection, url: str, *, fingerprint_id: str | None, backend: str | None, model: str | None,
           kind: str, as_json: bool) -> Iterator[list[str]]:
-    """The `ls` lines of the matching manifests, in batches of up to BATCH, as the database hands them over."""
-    dialect = conn.dialect.name
-    query = (json_query if as_json else text_query)(dialect, fingerprint_id, backend, model, kind)
-    batches = _driver_batches(conn, url, query)
-    if dialect == "sqlite":
-        yield from ([r[0] for r in batch] for batch in batches)
-    else:
-        render = json_line if as_json else text_line
-        yield from (list(map(render, batch)) for batch in batches)
-
-
-def _driver_batches(conn: Connection, url: str, query: Select[Any]) -> Iterator[list[tuple[Any, ...]]]:
-    compiled = query.compile(dialect=conn.dialect)
+    """The `ls` lines of the matching manifests through an open SQLAlchemy connection (`Catalog.listing`)."""
     raw: Any = conn.connection.driver_connection
-    dbapi_error = conn.dialect.loaded_dbapi.Error
+    yield from _driver_lines(raw, conn.dialect.name, url, fingerprint_id=fingerprint_id, backend=backend,
+                             model=model, kind=kind, as_json=as_json)
+
+
+def _driver_lines(raw: Any, dialect: str, url: str, *, fingerprint_id: str | None, backend: str | None,
+                  model: str | None, kind: str, as_json: bool) -> Iterator[list[str]]:
+    """Batches of up to BATCH lines, as the database hands the rows over."""
+    sql, params = listing_sql(dialect, as_json=as_json, fingerprint_id=fingerprint_id, backend=backend,
+                              model=model, kind=kind)
     try:
-        if conn.dialect.name == "sqlite":
-            cursor = raw.execute(str(compiled), tuple(compiled.params[k] for k in compiled.positiontup or ()))
+        if dialect == "sqlite":
+            cursor = raw.execute(sql, params)
             while batch := cursor.fetchmany(BATCH):
-                yield batch
+                yield [r[0] for r in batch]
             return
         # Timestamps in UTC, so `json_line` prints them as they are (this transaction only).
         raw.execute("SET LOCAL TimeZone = 'UTC'")
         # psycopg: rows as the server produces them (chunked mode), no server-side cursor and no round
         # trip per batch; the client holds one batch at a time.
-        rows = raw.cursor().stream(str(compiled), compiled.params, size=BATCH)
+        rows = raw.cursor().stream(sql, params, size=BATCH)
+        render = json_line if as_json else text_line
         while batch := list(itertools.islice(rows, BATCH)):
-            yield batch
-    except dbapi_error as exc:   # the driver's own errors bypass SQLAlchemy's translation (db.errors)
+            yield list(map(render, batch))
+    except Exception as exc:
+        if not _is_driver_error(exc):
+            raise
+        # The driver's own errors bypass SQLAlchemy's translation (db.errors): one line, as those are.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CatalogError(f"catalog {url}: {first}", url=url) from exc
+
+
+def _is_driver_error(exc: Exception) -> bool:
+    # Both drivers follow DB-API: every error they raise derives from their module's `Error`.
+    return type(exc).__module__.split(".")[0] in ("sqlite3", "psycopg")
+
+
+# --- without SQLAlchemy ------------------------------------------------------------------------------
+
+
+def direct_lines(url: str | None, *, fingerprint_id: str | None, backend: str | None, model: str | None,
+                 kind: str, as_json: bool) -> Iterator[list[str]] | None:
+    """`ls` lines read with the database driver alone, or None when this is not the plain case (no such
+    SQLite file yet, a schema at another revision, a URL or driver SQLAlchemy would treat its own way, a
+    database that does not answer): the caller then opens the `Catalog`, which migrates or explains."""
+    url = url or _default_url()
+    raw, dialect = _connect(url)
+    if raw is None:
+        return None
+    try:
+        if _revision(raw) != head_revision():
+            raw.close()
+            return None
+    except Exception as exc:
+        raw.close()
+        if _is_driver_error(exc):    # e.g. no version table: not a catalog this fast path knows
+            return None
+        raise
+    return _closing(raw, _driver_lines(raw, dialect, _mask(url), fingerprint_id=fingerprint_id, backend=backend,
+                                       model=model, kind=kind, as_json=as_json))
+
+
+def _closing(raw: Any, batches: Iterator[list[str]]) -> Iterator[list[str]]:
+    try:
+        yield from batches
+    finally:
+        raw.close()
+
+
+def _default_url() -> str:
+    """= db.default_url() (db.py imports SQLAlchemy; tests hold the two equal)."""
+    from ..stores import default_home
+
+    return os.environ.get("CACHEKEEPER_CATALOG") or f"sqlite:///{default_home() / 'catalog.db'}"
+
+
+def _connect(url: str) -> tuple[Any, str]:
+    """A driver connection for the URLs SQLAlchemy would hand to the same driver unchanged, else None."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None, ""
+    if scheme == "sqlite":
+        path = rest[1:] if rest.startswith("/") else ""
+        if not path or "?" in path or path == ":memory:" or not os.path.isfile(path):
+            return None, ""
+        import sqlite3
+
+        return sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None), "sqlite"
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        import psycopg
+
+        args: dict[str, Any] = {k: v for k, v in (("connect_timeout", CONNECT_TIMEOUT_S),
+                                                  ("application_name", "cachekeeper")) if f"{k}=" not in rest}
+        try:
+            return psycopg.connect(f"postgresql://{rest}", **args), "postgresql"
+        except psycopg.Error:
+            return None, ""    # the Catalog says why, in its own words
+    return None, ""
+
+
+def _revision(raw: Any) -> str | None:
+    row = raw.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+    return row[0] if row else None
+
+
+def _mask(url: str) -> str:
+    """The URL with its password hidden, as db.mask writes it."""
+    return re.sub(r"^([^:/]+://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+_REVISION = re.compile(r"^(down_revision|revision)\b[^=]*=\s*(.+)$", re.M)
+
+
+@functools.cache
+def head_revision() -> str | None:
+    """= db.head(), read from the migration scripts' text without importing SQLAlchemy (tests hold the
+    two equal). None when the scripts cannot be read: the fast path then steps aside."""
+    try:
+        path = Path(str(resources.files("cachekeeper._migrations")))
+    except ModuleNotFoundError:
+        path = Path(__file__).resolve().parents[2] / "migrations"
+    downs: set[str] = set()
+    revs: set[str] = set()
+    for script in sorted((path / "versions").glob("*.py")):
+        found = {k: ast.literal_eval(v.strip()) for k, v in _REVISION.findall(script.read_text())}
+        if isinstance(found.get("revision"), str):
+            revs.add(found["revision"])
+            down = found.get("down_revision")
+            downs.update(down if isinstance(down, list | tuple) else ([down] if down else []))
+    heads = revs - downs
+    return heads.pop() if len(heads) == 1 else None
 
 
 def written(batches: Iterator[list[str]], out: Any) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -41,21 +42,35 @@ if TYPE_CHECKING:
 def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, captured: bool, catalog_url: str | None,
         as_json: bool) -> None:
     """List cached entries (from the catalog). --json: one JSON object per line, streamed."""
+    from ..catalog.listing import direct_lines
     from ..manifest import KIND_CAPTURED, KIND_ENTRY
 
+    kind = KIND_CAPTURED if captured else KIND_ENTRY
+    if as_json or not captured:
+        # The plain case with the database driver alone, no SQLAlchemy import (catalog/listing.py);
+        # None: the Catalog below migrates, or says what is wrong.
+        lines = direct_lines(catalog_url, fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind,
+                             as_json=as_json)
+        if lines is not None:
+            _ls_write(lines, as_json)
+            return
     with opened_catalog(catalog_url, None) as catalog:
         if captured and not as_json:
             _ls_captured(catalog, fingerprint_id, backend, model)
         else:
-            _ls_stream(catalog, fingerprint_id, backend, model, KIND_CAPTURED if captured else KIND_ENTRY, as_json)
+            _ls_stream(catalog, fingerprint_id, backend, model, kind, as_json)
 
 
 def _ls_stream(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None, kind: str,
                as_json: bool) -> None:
+    _ls_write(catalog.listing(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind,
+                              as_json=as_json), as_json)
+
+
+def _ls_write(lines: Iterator[list[str]], as_json: bool) -> None:
     """Entries written as the database hands them over, in batches (catalog/listing.py): constant memory."""
     from ..catalog.listing import written
 
-    lines = catalog.listing(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=kind, as_json=as_json)
     n = written(lines, sys.stdout)
     sys.stdout.flush()
     if not as_json:

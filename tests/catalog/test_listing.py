@@ -4,9 +4,15 @@ with the fields and values `find` returns."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
-from cachekeeper.catalog import Catalog
-from cachekeeper.catalog.listing import FIELDS
+import pytest
+
+from cachekeeper.catalog import Catalog, db, listing
+from cachekeeper.catalog.listing import FIELDS, direct_lines
 
 from .helpers import FP2, entry, shared
 
@@ -34,3 +40,54 @@ def test_text_lines_and_filters_match_find(catalog: Catalog) -> None:
     assert unet[0].endswith("0.0 MB  2 files") and " unet/transformer full 64x64x1 float32 " in unet[0]
     assert [line for batch in catalog.listing(fingerprint_id=FP2.id, as_json=True) for line in batch] != []
     assert list(catalog.listing(backend="neuron")) == []
+
+
+# --- without SQLAlchemy ------------------------------------------------------------------------------
+
+
+def _direct(url: str, **filters: Any) -> list[str] | None:
+    found = direct_lines(url, **{"fingerprint_id": None, "backend": None, "model": None, "kind": "entry",
+                                 "as_json": False, **filters})
+    return None if found is None else [line for batch in found for line in batch]
+
+
+def test_the_driver_alone_lists_what_the_catalog_lists(catalog: Catalog, catalog_url: str) -> None:
+    for m in (entry("flux", height=64), entry("unet"), entry("unet", fp=FP2), shared()):
+        catalog.record(m, store_url="file:///s")
+    for filters in ({}, {"model": "unet"}, {"fingerprint_id": FP2.id}, {"backend": "neuron"}):
+        for as_json in (False, True):
+            listed = [line for batch in catalog.listing(**filters, as_json=as_json) for line in batch]
+            assert _direct(catalog_url, **filters, as_json=as_json) == listed, (filters, as_json)
+
+
+def test_the_driver_steps_aside_for_what_the_catalog_must_handle(catalog: Catalog, catalog_url: str,
+                                                                 tmp_path: Path) -> None:
+    assert _direct(f"sqlite:///{tmp_path / 'not-yet.db'}") is None     # the Catalog creates and migrates it
+    assert not (tmp_path / "not-yet.db").exists()
+    assert _direct("sqlite://") is None and _direct("mysql://h/db") is None
+    catalog.downgrade("0002")                                           # an older schema: upgrade, or one line
+    assert _direct(catalog_url) is None
+    catalog.upgrade()
+    assert _direct(catalog_url) == []
+
+
+def test_what_the_driver_path_mirrors_of_db_py_agrees_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert listing.head_revision() == db.head()
+    assert (listing.VERSION_TABLE, listing.CONNECT_TIMEOUT_S, listing.SQLITE_BUSY_TIMEOUT_S) == \
+        (db.VERSION_TABLE, db.CONNECT_TIMEOUT_S, db.SQLITE_BUSY_TIMEOUT_S)
+    monkeypatch.delenv("CACHEKEEPER_CATALOG", raising=False)
+    assert listing._default_url() == db.default_url()
+    url = "postgresql+psycopg://ck:s3cret@db.example:5432/ck"
+    assert listing._mask(url) == db.mask(db.parse_url(url))
+
+
+def test_ls_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    with Catalog.open(url, auto_migrate=True) as catalog:
+        catalog.record(entry("flux"), store_url="file:///s")
+    script = ("import sys; from cachekeeper.cli import main; sys.argv = ['cachekeeper', 'ls', '--json', '--catalog', "
+              f"{url!r}]\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'alembic'}))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[0])["model"] == "flux" and lines[-1] == "[]"
