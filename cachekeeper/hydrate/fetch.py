@@ -213,8 +213,11 @@ def _fetch_single(run: _Run, digest: str, size: int, members: list[Placement]) -
 
 class _Parts:
     """One large blob fetched as parallel ranged GETs into one temp file (each part written at its
-    offset). The worker that ends the last part hashes the whole file, sequentially from the page
-    cache, and renames it into place only if it matches; any failed part discards the file."""
+    offset), renamed into place only if its sha256 matches; any failed part discards the file.
+
+    The hash runs along with the download, not after it: whichever worker ends a part hashes every
+    part that is now contiguous from the front (read back from the page cache), one hasher at a time.
+    Only what the last part adds is left to hash at the end, instead of the whole blob."""
 
     def __init__(self, run: _Run, digest: str, size: int, members: list[Placement], part: int) -> None:
         self.run, self.digest, self.size, self.members = run, digest, size, members
@@ -223,6 +226,10 @@ class _Parts:
         self.lock = threading.Lock()
         self.ended = 0
         self.error: BaseException | None = None
+        self.done: set[int] = set()   # parts fully written
+        self.hashed = 0               # parts [0, hashed) are in `self.hash`
+        self.hashing = False          # a worker is hashing now: others leave their part to it
+        self.hash = hashlib.sha256()
 
     def _open(self) -> AtomicFile:
         with self.lock:
@@ -230,7 +237,8 @@ class _Parts:
                 self.out = self.run.open(self.members[0])
             return self.out
 
-    def fetch(self, start: int, length: int) -> None:
+    def fetch(self, index: int) -> None:
+        start, length = self.ranges[index]
         pos = start
 
         def sink(chunk: bytes) -> None:
@@ -241,10 +249,11 @@ class _Parts:
         try:
             out = self._open()
             self.run.read(self.digest, sink, start, length, self.size)
+            self._advance(index)
         except BaseException as exc:
             with self.lock:
                 self.error = self.error or exc
-        with self.lock:
+        with self.lock:  # every worker has left _advance before the last one gets here
             self.ended += 1
             last = self.ended == len(self.ranges)
         if last:
@@ -252,24 +261,53 @@ class _Parts:
         elif self.error is not None:
             raise self.error
 
+    def _advance(self, index: int) -> None:
+        """Mark part `index` written; then, unless another worker is at it, hash the parts now
+        contiguous from the front. The check for more work and giving up the hasher's role happen
+        under one lock hold, so a part that ends meanwhile is either seen here or hashes itself."""
+        with self.lock:
+            self.done.add(index)
+            if self.hashing:
+                return
+            self.hashing = True
+        buf = bytearray(4 << 20)   # one buffer, reused: no allocation (and page faults) per chunk
+        view = memoryview(buf)
+        assert self.out is not None
+        try:
+            with open(self.out.tmp, "rb", buffering=0) as f:
+                while True:
+                    with self.lock:
+                        if self.error is not None or self.hashed not in self.done:
+                            self.hashing = False
+                            return
+                        start, length = self.ranges[self.hashed]
+                    f.seek(start)
+                    while length:
+                        n = f.readinto(view[:min(len(buf), length)])
+                        if not n:
+                            raise IntegrityError(f"blob {self.digest[:12]}… is shorter on disk than written")
+                        self.hash.update(view[:n])
+                        length -= n
+                    with self.lock:
+                        self.hashed += 1
+        except OSError as exc:
+            with self.lock:
+                self.hashing = False
+            raise DestinationError(f"cannot read back {self.out.tmp}: {exc.strerror}") from None
+        except BaseException:
+            with self.lock:
+                self.hashing = False
+            raise
+
     def _finish(self) -> None:
         out = self.out
-        if self.error is not None or out is None:
+        if self.error is not None or out is None or self.hashed < len(self.ranges):
             if out is not None:
                 out.abort()
             raise self.error or IntegrityError(f"blob {self.digest[:12]}… was not written")
-        h = hashlib.sha256()
-        buf = bytearray(4 << 20)   # one buffer, reused: no allocation (and page faults) per chunk
-        view = memoryview(buf)
-        try:
-            with open(out.tmp, "rb", buffering=0) as f:
-                while n := f.readinto(buf):
-                    h.update(view[:n])
-        except OSError as exc:
-            out.abort()
-            raise DestinationError(f"cannot read back {out.tmp}: {exc.strerror}") from None
         first, *rest = self.members
-        _verified_commit(self.run, first, out, h.hexdigest(), f"blob {self.digest[:12]}…", wait=bool(rest))
+        _verified_commit(self.run, first, out, self.hash.hexdigest(), f"blob {self.digest[:12]}…",
+                         wait=bool(rest))
         for p in rest:
             _copy_placed(self.run, first, p)
 
@@ -454,7 +492,7 @@ def _execute(run: _Run, plan: HydratePlan, threads: int, tick: Callable[[], None
             size = plan.blob_sizes[digest]
             if not plan.blob_packed[digest] and PART and size >= 2 * PART:
                 parts = _Parts(run, digest, size, members, PART)
-                tasks += [(digest, functools.partial(parts.fetch, start, n)) for start, n in parts.ranges]
+                tasks += [(digest, functools.partial(parts.fetch, i)) for i in range(len(parts.ranges))]
             else:
                 fn = _fetch_pack if plan.blob_packed[digest] else _fetch_single
                 tasks.append((digest, functools.partial(fn, run, digest, size, members)))

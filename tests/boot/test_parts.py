@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
-from cachekeeper.errors import IntegrityError
+from cachekeeper.errors import HydrateIncomplete, IntegrityError, StoreError
 from cachekeeper.hydrate import fetch
 from cachekeeper.manifest import blob_key
 from cachekeeper.stores.file import FileStore
@@ -57,3 +58,40 @@ def test_a_corrupt_large_blob_never_appears(big: tuple[RangeLog, str, dict[str, 
     with pytest.raises(IntegrityError, match="failed verification"):
         hydrate_into(lambda: store, tmp_path / "d", [name])
     assert not (tmp_path / "d" / "big.bin").exists() and not list((tmp_path / "d").rglob("*.ck-tmp"))
+
+
+class Shuffled(FileStore):
+    """Serves the parts of one blob in a chosen order of completion (a delay per starting offset)."""
+
+    def __init__(self, root: Path, order: list[int], fail: int | None = None) -> None:
+        super().__init__(root)
+        self.order = order
+        self.fail = fail
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        index = start >> 20
+        if end is not None and end - start <= (1 << 20) and index < len(self.order):
+            time.sleep(0.04 * self.order.index(index))
+            if index == self.fail:
+                raise StoreError(f"{key}: part {index} refused")
+        return super().open_range(key, start, end, read_timeout, connect_timeout)
+
+
+@pytest.mark.parametrize("order", [[5, 4, 3, 2, 1, 0], [1, 0, 3, 2, 5, 4], [0, 2, 4, 1, 3, 5]])
+def test_parts_ending_in_any_order_are_hashed_in_order(
+        big: tuple[RangeLog, str, dict[str, bytes]], tmp_path: Path, order: list[int]) -> None:
+    """The hash follows the download (the front of the file as it becomes contiguous), so the order in
+    which parts end must not change a byte of the verdict."""
+    store, name, files = big
+    hydrate_into(lambda: Shuffled(store.root, order), tmp_path / "d", [name])
+    assert read_tree(tmp_path / "d") == files
+
+
+def test_a_part_the_store_refuses_leaves_no_file_and_no_temp(
+        big: tuple[RangeLog, str, dict[str, bytes]], tmp_path: Path) -> None:
+    store, name, files = big
+    with pytest.raises(HydrateIncomplete, match="could not be fetched"):
+        hydrate_into(lambda: Shuffled(store.root, [0, 1, 2, 3, 4, 5], fail=2), tmp_path / "d", [name])
+    assert not (tmp_path / "d" / "big.bin").exists() and not list((tmp_path / "d").rglob("*.ck-tmp"))
+    assert (tmp_path / "d" / "small.neff").read_bytes() == files["small.neff"]
