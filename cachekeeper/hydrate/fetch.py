@@ -7,8 +7,9 @@ bytes in flight are at most `threads * READ_CHUNK` whatever the pack, blob or ca
 Every read runs under the hydrate's deadline and resumes from the last byte received after a reset or a
 stall (`stores/reader.py`). When the deadline runs out or the store fails, what was placed so far is
 returned (each file is complete and verified), so the caller records it and a rerun fetches the rest.
-Durability is bounded to our own files: each is fsynced before its rename, and the directories we
-changed are fsynced at the end, before the state file says the files are there (no global sync).
+Durability is bounded to our own files: each is fsynced before its rename and its directory after it, on
+committer threads while the streams go on; the directories created are fsynced (through their parents)
+at the end, before the state file says the files are there (no global sync; docs/durability.md).
 """
 
 from __future__ import annotations
