@@ -97,11 +97,12 @@ def fill(url: str, n: int, config: Path, env: dict[str, str]) -> None:
                     batch = []
             if batch:
                 conn.execute(insert(ManifestModel), batch)
-        # Table statistics, as autovacuum (Postgres) or a long-lived catalog would have them: without them
-        # Postgres plans 100k freshly loaded rows as if there were a few dozen.
-        with engine.connect() as conn:
-            conn.exec_driver_sql("ANALYZE")
-            conn.commit()
+        if engine.dialect.name == "postgresql":
+            # Table statistics, as autovacuum gathers them on a live catalog: without them Postgres plans
+            # 100k freshly loaded rows as if there were a few dozen. (SQLite gathers none by itself.)
+            with engine.connect() as conn:
+                conn.exec_driver_sql("ANALYZE")
+                conn.commit()
 
 
 def _fill_in_child(url: str, n: int, config: Path, env: dict[str, str]) -> None:
