@@ -2,12 +2,12 @@
 constant memory, never built into CatalogRow objects. Rows come by toolchain, then entry key.
 
 `ls --json` writes JSON lines: one object per manifest with the fields of `CatalogRow`, in its order
-(`created_at` as `YYYY-MM-DD HH:MM:SS[.ffffff]+00:00`, `spec` and `build` as JSON objects).
+(`created_at` as `YYYY-MM-DD HH:MM:SS.ffffff+00:00`, `spec` and `build` as JSON objects).
 
 Each line is rendered on whichever side is cheaper, measured on a 100k-row catalog
 (benchmarks/catalog_scale.py): SQLite renders it in SQL (`json_object`, `printf`: one string per row
-costs less to fetch than the columns it is made of); on Postgres, `json_build_object` and `to_char` took
-~0.9 s of server time, more than fetching the bare columns and formatting them here, so Python does.
+costs less to fetch than the columns it is made of); on Postgres, `json_build_object` took ~0.9 s of
+server time, more than fetching the columns (`created_at` already as text) and formatting them here.
 
 Rows come straight from the driver's cursor (SQLAlchemy's result layer costs more per row than the
 formatting), and the queries are plain SQL text. So `direct_lines` lists without importing SQLAlchemy at
@@ -79,6 +79,8 @@ def _sqlite_json_value(name: str) -> str:
 
 
 def _postgres_column(name: str) -> str:
+    if name == "created_at":   # as SQLite has it; parsing 100k timestamps here and printing them cost more
+        return "to_char(timezone('UTC', created_at), 'YYYY-MM-DD HH24:MI:SS.US') || '+00:00'"
     if name == "spec":         # verbatim JSON text: embedded as it is, never parsed and re-encoded
         return "spec::text"
     if name == "build":
@@ -156,8 +158,6 @@ def _driver_lines(raw: Any, dialect: str, url: str, *, fingerprint_id: str | Non
             while batch := cursor.fetchmany(BATCH):
                 yield [r[0] for r in batch]
             return
-        # Timestamps in UTC, so `json_line` prints them as they are (this transaction only).
-        raw.execute("SET LOCAL TimeZone = 'UTC'")
         # psycopg: rows as the server produces them (chunked mode), no server-side cursor and no round
         # trip per batch; the client holds one batch at a time.
         rows = raw.cursor().stream(sql, params, size=BATCH)
