@@ -121,7 +121,18 @@ class QueuePayloadError(CatalogError):
 # --- backends, builds, hydrate (6-11) --------------------------------------------------------------
 
 class BackendUnavailable(CachekeeperError):
+    """A backend this host cannot use. `of()` keeps the backend and the bare reason as fields (doctor shows
+    the reason in its own row); plugins may still raise it with one message, as before."""
+
     exit_code = 6
+    backend: str | None = None
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, backend: str, reason: str, hint: str | None = None) -> BackendUnavailable:
+        exc = cls(f"{backend}: {reason}", hint)
+        exc.backend, exc.reason = backend, reason
+        return exc
 
 
 class ToolchainMismatch(CachekeeperError):

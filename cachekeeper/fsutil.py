@@ -369,7 +369,7 @@ class FileLock:
                     raise
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise LockBusy(f"{self.path} is locked by another process") from None
+                    raise LockBusy(f"{self.path} is locked by another process", path=str(self.path)) from None
                 time.sleep(0.05)
         self._fd = fd
         return self

@@ -67,7 +67,7 @@ def import_device_package(name: str, backend: str, hint: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise BackendUnavailable(f"{backend}: cannot import {name}: {exc}", hint) from None
+        raise BackendUnavailable.of(backend, f"cannot import {name}: {exc}", hint) from None
 
 
 def torch_dtype(name: str) -> Any:

@@ -62,7 +62,7 @@ def missing_reason(versions: Mapping[str, str | None], hint: str) -> str | None:
 def require_versions(backend: str, dists: tuple[str, ...], hint: str) -> dict[str, str]:
     versions = installed_versions(dists)
     if what := _not_installed(versions):
-        raise BackendUnavailable(f"{backend}: {what}", hint)
+        raise BackendUnavailable.of(backend, what, hint)
     return {d: v for d, v in versions.items() if v is not None}
 
 
@@ -84,10 +84,10 @@ def check_pins(backend: str, options: Mapping[str, str], versions: Mapping[str, 
         if pin is None:
             continue
         if installed is None:
-            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but it is not installed")
+            raise BackendUnavailable.of(backend, f"config pins {dist} {pin} but it is not installed")
         if not pin_matches(pin, installed):
-            raise BackendUnavailable(f"{backend}: config pins {dist} {pin} but {installed} is installed",
-                                     f"install {dist}=={pin} or change {pin_option(dist)} in the config")
+            raise BackendUnavailable.of(backend, f"config pins {dist} {pin} but {installed} is installed",
+                                        f"install {dist}=={pin} or change {pin_option(dist)} in the config")
 
 
 def is_pin(option: str) -> bool:

@@ -57,11 +57,8 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
     row["warnings"] = backend.env_warnings(options)
     try:
         fp = backend.fingerprint(options)
-    except BackendUnavailable as exc:
-        row["reason"] = exc.message.removeprefix(f"{name}: ")
-        return row
-    except CachekeeperError as exc:
-        row["reason"] = exc.message
+    except CachekeeperError as exc:  # a backend's own reason, without the backend name doctor shows anyway
+        row["reason"] = (exc.reason if isinstance(exc, BackendUnavailable) else None) or exc.message
         return row
     row["usable"] = True
     row["fingerprint"] = {"id": fp.id, "fields": dict(fp.fields)}

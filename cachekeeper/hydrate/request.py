@@ -88,7 +88,7 @@ def host_toolchain(config: Config | None, name: str, options: Mapping[str, str] 
     opts = backend_options(config, name, options, device)
     reason = backend.unavailable_reason(opts)
     if reason:
-        raise BackendUnavailable(f"backend {name} is not usable on this host: {reason}")
+        raise BackendUnavailable.of(name, f"not usable on this host: {reason}")
     return HostToolchain(name, backend, backend.fingerprint(opts), opts)
 
 

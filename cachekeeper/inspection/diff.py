@@ -68,7 +68,7 @@ class FingerprintDiff:
 def makespan(durations: Iterable[float], workers: int) -> float:
     """Wall time of longest-first list scheduling on `workers` identical builders (within 4/3 of optimal)."""
     if workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {workers}")
+        raise UsageError(f"the number of workers must be at least 1, got {workers}")
     loads = [0.0] * workers
     for d in sorted(durations, reverse=True):
         heapq.heapreplace(loads, loads[0] + d)
@@ -99,7 +99,7 @@ def with_overrides(fp: Fingerprint, pairs: Sequence[str]) -> Fingerprint:
         name, sep, value = pair.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise UsageError(f"--set expects FIELD=VALUE, got {pair!r}", "for example --set torch=2.14.0")
+            raise UsageError(f"a field override is FIELD=VALUE, got {pair!r}", "for example torch=2.14.0")
         if name not in fields:
             raise UsageError(f"the {fp.backend} fingerprint has no field {name!r}",
                              f"fields: {', '.join(sorted(fields))}")

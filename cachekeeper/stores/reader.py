@@ -186,12 +186,12 @@ def read_into(store: object, key: str, sink: Callable[[bytes], None], *, start: 
             attempt += 1
             (counter or deadline.retries).add()
             if attempt >= policy.attempts:
-                raise StoreError(f"{exc.message} (gave up after {attempt} attempts)") from None
+                raise StoreError(f"{exc.message} (gave up after {attempt} attempts)", **exc.fields) from None
             pause = policy.delay(attempt)
             left = deadline.left()
             if left is not None and pause >= left:
                 raise HydrateIncomplete(f"the deadline of {deadline.seconds:g}s ran out while retrying "
-                                        f"{where} ({exc.message})") from None
+                                        f"{where} ({exc.message})", **exc.fields) from None
             time.sleep(pause)
 
 

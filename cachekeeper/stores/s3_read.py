@@ -53,7 +53,7 @@ def _http(url: str) -> urllib3.PoolManager:
 
 def _refused(exc: BaseException) -> bool:
     """Nothing listens: another attempt will not help within a boot budget."""
-    return isinstance(exc, NewConnectionError) and "refused" in str(exc).lower()
+    return isinstance(exc, NewConnectionError) and isinstance(exc.__cause__ or exc.__context__, ConnectionRefusedError)
 
 
 class S3Body(Body):

@@ -31,11 +31,11 @@ class LeaseSettings:
 
     def __post_init__(self) -> None:
         if not self.heartbeat_s > 0:
-            raise UsageError(f"--heartbeat must be a positive number of seconds, not {self.heartbeat_s:g}")
+            raise UsageError(f"the heartbeat must be a positive number of seconds, not {self.heartbeat_s:g}")
         if not self.lease_s > self.heartbeat_s:
-            raise UsageError(f"--lease {self.lease_s:g} is not longer than --heartbeat {self.heartbeat_s:g}: "
-                             "the lease would lapse between renewals",
-                             "make --lease at least twice --heartbeat (defaults: 30 and 5 seconds)")
+            raise UsageError(f"the lease ({self.lease_s:g} s) is not longer than the heartbeat "
+                             f"({self.heartbeat_s:g} s): the lease would lapse between renewals",
+                             "make the lease at least twice the heartbeat (defaults: 30 and 5 seconds)")
 
 
 class Heartbeat:

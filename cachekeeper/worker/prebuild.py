@@ -57,6 +57,7 @@ class Outcome:
     status: str                 # "built" | "present" | "failed" | "held" (by a live worker) | "refused"
     seconds: float = 0.0
     detail: str = ""            # failure reason and log tail, the manifest digest, or who holds it
+    holder: str = ""            # the worker holding a "held" entry
 
 
 @dataclass
@@ -122,8 +123,9 @@ def key_of(spec: EntrySpec) -> str:
     return spec.key
 
 
-def _outcome(entry: MatrixEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "") -> Outcome:
-    return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail)
+def _outcome(entry: MatrixEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "",
+             holder: str = "") -> Outcome:
+    return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail, holder)
 
 
 # --- what is built already ---------------------------------------------------------------------------
@@ -353,7 +355,7 @@ class _Run:
                 elif job.lease_expires_at is not None and job.lease_expires_at < now:
                     claimable += 1
                 else:
-                    out.append(_outcome(e, tc, "held", detail=f"held by {job.worker}"))
+                    out.append(_outcome(e, tc, "held", detail=f"held by {job.worker}", holder=job.worker or "?"))
         return out, claimable
 
 
@@ -419,6 +421,6 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
 def held_summary(outcomes: Iterable[Outcome]) -> str:
     """`3 entries (w1, w2)`: who holds what, for the one-line message."""
     held = list(outcomes)
-    holders = sorted({o.detail.removeprefix("held by ") for o in held})
+    holders = sorted({o.holder for o in held})
     return f"{len(held)} entr{'y' if len(held) == 1 else 'ies'} ({', '.join(holders[:5])}" + \
         (", ...)" if len(holders) > 5 else ")")

@@ -31,22 +31,22 @@ def parse_shard(text: str, env: Mapping[str, str] | None = None) -> Shard:
     """`I/N`, or `N` with I from JOB_COMPLETION_INDEX / AWS_BATCH_JOB_ARRAY_INDEX."""
     env = os.environ if env is None else env
     index_text, sep, count_text = text.strip().rpartition("/")
-    source = "--shard"
+    source = "shard"
     if not sep:
         found = [(var, env[var]) for var in INDEX_VARS if env.get(var, "").strip()]
         if not found:
-            raise UsageError(f"--shard {text}: no shard index given and neither {' nor '.join(INDEX_VARS)} is set",
-                             "pass --shard I/N (I from 0 to N-1), or run as a Kubernetes Indexed Job / "
+            raise UsageError(f"shard {text}: no shard index given and neither {' nor '.join(INDEX_VARS)} is set",
+                             "give the shard as I/N (I from 0 to N-1), or run as a Kubernetes Indexed Job / "
                              "AWS Batch array job")
         source, index_text = found[0]
     try:
         index, count = int(index_text), int(count_text)
     except ValueError:
-        raise UsageError(f"--shard {text}: expected I/N or N with whole numbers (e.g. 2/8)") from None
+        raise UsageError(f"shard {text}: expected I/N or N with whole numbers (e.g. 2/8)") from None
     if count < 1:
-        raise UsageError(f"--shard {text}: the shard count must be at least 1")
+        raise UsageError(f"shard {text}: the shard count must be at least 1")
     if not 0 <= index < count:
-        shown = f"{source}={index}" if source != "--shard" else f"--shard {text}"
+        shown = f"{source}={index}" if source != "shard" else f"shard {text}"
         raise UsageError(f"{shown}: shard index {index} is out of range 0..{count - 1}",
                          "shard indexes count from 0 to N-1 (Kubernetes completion and AWS Batch array indexes do)")
     return Shard(index, count)

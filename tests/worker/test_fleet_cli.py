@@ -134,7 +134,7 @@ def test_a_worker_without_catalog_also_takes_its_build_along(fleet: Fleet) -> No
 def test_a_lease_not_longer_than_the_heartbeat_is_one_line(fleet: Fleet) -> None:
     proc = fleet.run("prebuild", str(fleet.config), "--lease", "5", "--heartbeat", "10", ok=False)
     assert proc.returncode == 2
-    assert "--lease 5 is not longer than --heartbeat 10" in one_error_line(proc)
+    assert "the lease (5 s) is not longer than the heartbeat (10 s)" in one_error_line(proc)
 
 
 def test_a_queue_job_of_another_payload_version_is_refused_with_one_line(fleet: Fleet) -> None:

@@ -33,8 +33,8 @@ def test_a_shard_is_given_as_i_of_n_or_read_from_the_engine_index() -> None:
 
 
 @pytest.mark.parametrize(("text", "env", "says"), [
-    ("8/8", {}, "--shard 8/8: shard index 8 is out of range 0..7"),
-    ("-1/4", {}, "--shard -1/4: shard index -1 is out of range 0..3"),
+    ("8/8", {}, "shard 8/8: shard index 8 is out of range 0..7"),
+    ("-1/4", {}, "shard -1/4: shard index -1 is out of range 0..3"),
     ("4", {"AWS_BATCH_JOB_ARRAY_INDEX": "9"}, "AWS_BATCH_JOB_ARRAY_INDEX=9: shard index 9 is out of range 0..3"),
     ("4", {}, "no shard index given and neither JOB_COMPLETION_INDEX nor AWS_BATCH_JOB_ARRAY_INDEX is set"),
     ("a/b", {}, "expected I/N or N with whole numbers"),
@@ -101,9 +101,9 @@ def test_a_current_version_payload_with_fields_this_worker_lacks_is_refused_not_
 
 def test_the_lease_must_outlast_the_heartbeat() -> None:
     LeaseSettings(2, 0.5)
-    with pytest.raises(UsageError, match="--lease 5 is not longer than --heartbeat 5"):
+    with pytest.raises(UsageError, match=r"the lease \(5 s\) is not longer than the heartbeat \(5 s\)"):
         LeaseSettings(5, 5)
-    with pytest.raises(UsageError, match="--heartbeat must be a positive"):
+    with pytest.raises(UsageError, match="the heartbeat must be a positive"):
         LeaseSettings(5, 0)
 
 

@@ -54,7 +54,7 @@ class InductorBackend(PackagedBackend):
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
         reason = self.unavailable_reason(options)
         if reason is not None:
-            raise BackendUnavailable(f"inductor: {reason}")
+            raise BackendUnavailable.of("inductor", reason)
         env = self.env
         device = options.get("device", "cpu")
         cxx = probes.cxx_path(env)
@@ -79,7 +79,7 @@ class InductorBackend(PackagedBackend):
     def _cuda_fields() -> dict[str, str]:
         gpu = probes.nvidia_smi()
         if gpu is None:
-            raise BackendUnavailable("inductor: device cuda requested but nvidia-smi reports no GPU")
+            raise BackendUnavailable.of("inductor", "device cuda requested but nvidia-smi reports no GPU")
         return {"gpu": gpu[0], "gpu_cc": gpu[1], "cuda": probes.torch_cuda_version(),
                 "triton": probes.triton_version()}
 

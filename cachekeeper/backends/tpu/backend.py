@@ -86,8 +86,8 @@ class TPUBackend(DeviceBackend):
 
     def env_exports(self, dest: Path) -> dict[str, str]:
         if var := probes.tier2_disabled_by(self.env):
-            raise BackendUnavailable(f"tpu: {var}=disabled turns off tier 2, and tier 3 (the hydrated cache) with it",
-                                     f"unset {var} before the server starts")
+            raise BackendUnavailable.of("tpu", f"{var}=disabled turns off tier 2, and tier 3 (the hydrated "
+                                        "cache) with it", f"unset {var} before the server starts")
         return {self.env_var: str(dest)}
 
     def build_env(self, job: BuildJob) -> dict[str, str]:
