@@ -8,14 +8,15 @@ from contextlib import AbstractContextManager
 from typing import Generic, Protocol, TypeVar
 
 from ..errors import StoreNotFound
+from .url import StoreURL
 
 
 def bucket_location(scheme: str, bucket: str, prefix: str) -> tuple[str, str]:
     """The prefix without its slashes and the store's URL, for `scheme://bucket/prefix`."""
     if not bucket:
         raise StoreNotFound(f"{scheme}:// URL names no bucket", f"use {scheme}://bucket/prefix", url=f"{scheme}://")
-    prefix = prefix.strip("/")
-    return prefix, f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
+    where = StoreURL(scheme, bucket, prefix.strip("/"))
+    return where.path, str(where)
 
 
 class _Closable(Protocol):

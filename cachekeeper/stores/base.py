@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import UnsafePath
 from ..fsutil import safe_relpath
+from ..layout import MANIFESTS
 
 if TYPE_CHECKING:
     from .reader import Body
@@ -132,7 +133,7 @@ class Store(abc.ABC):
 
     def check(self) -> None:
         """Raise a StoreError subclass if the store is unusable (missing bucket, bad credentials)."""
-        next(iter(self.list("manifests/")), None)
+        next(iter(self.list(MANIFESTS)), None)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and pools."""

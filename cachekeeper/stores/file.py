@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ObjectNotFound, StoreError, StoreNotFound
-from ..fsutil import CHUNK, TMP_SUFFIX, atomic_writer
+from ..fsutil import CHUNK, atomic_writer
+from ..layout import TEMP_SUFFIX
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
 
@@ -123,7 +124,7 @@ class FileStore(Store):
         for dirpath, _dirs, files in os.walk(start):
             rel_dir = os.path.relpath(dirpath, self.root)
             for name in files:
-                if name.endswith(TMP_SUFFIX):
+                if name.endswith(TEMP_SUFFIX):
                     continue
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):
@@ -148,7 +149,7 @@ class FileStore(Store):
         # The temp files of atomic_writer (`.<name>.<pid>.<ns>.ck-tmp`), which `list` never shows.
         for dirpath, _dirs, files in os.walk(self.root):
             for name in files:
-                if not name.endswith(TMP_SUFFIX):
+                if not name.endswith(TEMP_SUFFIX):
                     continue
                 path = Path(dirpath, name)
                 try:
@@ -158,7 +159,7 @@ class FileStore(Store):
                 yield Debris(path.relative_to(self.root).as_posix(), "temp", st.st_mtime, st.st_size)
 
     def delete_debris(self, item: Debris) -> None:
-        if not item.key.endswith(TMP_SUFFIX):
+        if not item.key.endswith(TEMP_SUFFIX):
             raise StoreError(f"{self.url}/{item.key} is not a temp file; refusing to delete it as debris",
                              key=item.key, url=self.url)
         with contextlib.suppress(FileNotFoundError):

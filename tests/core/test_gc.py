@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cachekeeper.gc import plan_gc, run_gc
 from cachekeeper.inventory import Inventory, scan
-from cachekeeper.manifest import blob_key
+from cachekeeper.layout import blob_key
 from cachekeeper.publish import publish
 from cachekeeper.stores.base import ObjectInfo
 from cachekeeper.stores.file import FileStore
