@@ -47,6 +47,17 @@ class SafeJoiner:
 
     def __init__(self) -> None:
         self._real: dict[str, str] = {}
+        self._st: dict[str, os.stat_result | None] = {}
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        """`path`'s lstat, taken once per joiner (None where there is nothing to stat): a caller vetting the
+        directories `join` walked (hydrate's parent check) reads them from here instead of again."""
+        if path not in self._st:
+            try:
+                self._st[path] = os.lstat(path)
+            except OSError:  # missing, or a file in the way
+                self._st[path] = None
+        return self._st[path]
 
     def _realdir(self, path: str, root: str) -> str:
         real = self._real.get(path)
@@ -55,10 +66,8 @@ class SafeJoiner:
             if path == root or head in ("", path):  # the top of the walk: resolved in full
                 real = os.path.realpath(path)
             else:
-                try:
-                    link = stat.S_ISLNK(os.lstat(path).st_mode)
-                except OSError:  # missing, or a file in the way: realpath would just append the name
-                    link = False
+                st = self.lstat(path)  # missing, or a file in the way: realpath would just append the name
+                link = st is not None and stat.S_ISLNK(st.st_mode)
                 real = os.path.realpath(path) if link else os.path.join(self._realdir(head, root), name)
             self._real[path] = real
         return real

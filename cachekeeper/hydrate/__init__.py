@@ -26,7 +26,7 @@ from ..errors import (
     UnsafePath,
 )
 from ..fingerprint import Fingerprint
-from ..fsutil import FileLock, LiveTag, ensure_dir, lstat_or_none, new_tag, sweep_temp
+from ..fsutil import FileLock, LiveTag, SafeJoiner, ensure_dir, lstat_or_none, new_tag, sweep_temp
 from ..manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
@@ -82,9 +82,10 @@ def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
     return probe
 
 
-def _parent_checker() -> Callable[[Path, str], None]:
+def _parent_checker(joiner: SafeJoiner) -> Callable[[Path, str], None]:
     """Every directory between a root and a target must be a real directory: writing through a
-    symlink could land anywhere, and a file in the way is a conflict found before any fetch."""
+    symlink could land anywhere, and a file in the way is a conflict found before any fetch.
+    The lstats come from `joiner`, which took them while joining the same paths."""
     seen: set[Path] = set()
 
     def check(root: Path, rel: str) -> None:
@@ -93,7 +94,7 @@ def _parent_checker() -> Callable[[Path, str], None]:
             d = d / part
             if d in seen:
                 continue
-            st = lstat_or_none(d)
+            st = joiner.lstat(str(d))
             if st is not None and stat.S_ISLNK(st.st_mode):
                 raise UnsafePath(f"{d} is a symlink; hydrate never writes through one",
                                  "remove the symlink, or hydrate into a fresh directory")
@@ -182,7 +183,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                 report.incomplete = exc.message  # nothing placed: the server compiles what it needs
                 return _finish(report, t0, budget)
             stack.callback(store.close)   # the store this run opened: its clients and pools go with it
-            plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker())
+            joiner = SafeJoiner()
+            plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker(joiner), joiner)
             # Only the roots this run writes to are created, marked live and swept.
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                 | {p.record.root for p in plan.check}

@@ -45,15 +45,17 @@ class HydratePlan:
 
 
 def plan_hydrate(manifests: list[Manifest], roots: Mapping[str, Path], state: State | None,
-                 probe: Probe, check_parents: ParentCheck | None = None) -> HydratePlan:
+                 probe: Probe, check_parents: ParentCheck | None = None,
+                 joiner: SafeJoiner | None = None) -> HydratePlan:
     """Manifests are applied in the given order; a path claimed twice keeps the first manifest's bytes.
 
     Deterministic refusals happen here, before any fetch: a root the backend does not have, and a path
     that is a file in one manifest and a directory in another (whatever order threads would write them).
-    `check_parents(root, rel)` vets the directories on the way (symlinks, files in the way).
+    `check_parents(root, rel)` vets the directories on the way (symlinks, files in the way); given the
+    `joiner` it reads, it finds their lstats already taken by `joiner.join`.
     """
     plan = HydratePlan()
-    joiner = SafeJoiner()
+    joiner = joiner or SafeJoiner()
     claimed: set[str] = set()
     dirs: dict[str, str] = {}    # "root/dir" -> the manifest that needs it to be a directory
     owners: dict[str, str] = {}  # "root/path" -> the manifest that places a file there
