@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .layout import captured_prefix, manifest_prefix, parse_manifest_key
+from .layout import manifest_keys
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -77,8 +77,7 @@ def plan_presence(fingerprint_id: str, keys: Iterable[str], *, indexed: Mapping[
 def stored_entries(store: Store, fingerprint_id: str) -> set[str]:
     """Names of the toolchain's manifests in the store: one listing, not a HEAD per entry. Captured sets
     (one level deeper) are not entries and are left out."""
-    parsed = (parse_manifest_key(k) for k in store.list(manifest_prefix(fingerprint_id)))
-    return {m.name for m in parsed if m is not None and not m.captured and m.fingerprint_id == fingerprint_id}
+    return {mk.name for mk in manifest_keys(store, fingerprint_id, captured=False)}
 
 
 def live_holders(catalog: Catalog, fingerprint_id: str, keys: Iterable[str],
@@ -113,4 +112,4 @@ def captured_sets(fingerprint_id: str, *, catalog: Catalog | None = None, store:
         return len(catalog.find(fingerprint_id=fingerprint_id, kind=KIND_CAPTURED))
     if store is None:
         raise ValueError("captured_sets needs a catalog or a store")
-    return sum(1 for k in store.list(captured_prefix(fingerprint_id)) if parse_manifest_key(k) is not None)
+    return len(manifest_keys(store, fingerprint_id, captured=True))

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import CachekeeperError, ManifestError, ObjectNotFound
 from ..fingerprint import Fingerprint
-from ..layout import manifest_key, manifest_prefix, parse_manifest_key
+from ..layout import manifest_key, manifest_keys
 from ..manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
@@ -141,9 +141,8 @@ def explain_from_store(store: Store, host: Fingerprint, names: Sequence[str],
         return []
     wanted = set(names)
     holders: dict[str, list[str]] = {n: [] for n in names}   # entry name -> fingerprint ids that built it
-    for k in store.list(manifest_prefix()):
-        m = parse_manifest_key(k)
-        if m is not None and m.name in wanted:
+    for m in manifest_keys(store):
+        if m.name in wanted:
             holders[m.name].append(m.fingerprint_id)
     presence = plan_presence(host.id, names, stored={n for n in names if host.id in holders[n]})
     fingerprints: dict[str, Fingerprint | None] = {host.id: host}

@@ -29,7 +29,7 @@ from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
 from ..fingerprint import Fingerprint
 from ..hydrate.request import host_toolchain
-from ..layout import manifest_key, manifest_prefix, parse_manifest_key
+from ..layout import manifest_key, manifest_keys
 from ..manifest import Manifest
 from ..presence import look_up
 from ..publish import publish
@@ -189,10 +189,9 @@ def shard_entries(entries: list[MatrixEntry], tcs: dict[str, Toolchain], shard: 
 def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
     """Recorded build seconds of these entries under other toolchains, read from their manifests."""
     found: dict[str, str] = {}
-    for k in store.list(manifest_prefix()):
-        m = parse_manifest_key(k)
-        if m is not None and m.fingerprint_id not in exclude_fingerprints and m.name in keys:
-            found.setdefault(m.name, k)
+    for m in manifest_keys(store):
+        if m.fingerprint_id not in exclude_fingerprints and m.name in keys:
+            found.setdefault(m.name, m.key)
 
     def seconds(key: str) -> float:
         try:
