@@ -38,7 +38,7 @@ KIND_SHARED = "shared"
 KIND_CAPTURED = "captured"
 SCHEMA_CAPTURED = 2
 CAPTURED_PREFIX = CAPTURED_DIR
-_CAPTURED_NAME = re.compile(r"captured/[0-9a-f]{16}")
+_CAPTURED_NAME = re.compile(rf"{CAPTURED_DIR}[0-9a-f]{{16}}")   # layout.captured_set_name of 16 hex
 
 
 def schema_for(kind: str) -> int:
