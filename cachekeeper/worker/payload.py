@@ -10,14 +10,14 @@ import json
 from typing import Any
 
 from ..backends.base import ModelRef
-from ..config import PlannedEntry
+from ..config import MatrixEntry
 from ..errors import QueuePayloadError
 from ..spec import EntrySpec
 
 PAYLOAD_VERSION = 2   # 1: the unversioned {"spec", "model"} of the first release
 
 
-def encode(entry: PlannedEntry) -> str:
+def encode(entry: MatrixEntry) -> str:
     return json.dumps({"v": PAYLOAD_VERSION, "spec": entry.spec.to_dict(), "model": entry.model.to_dict()},
                       sort_keys=True)
 
@@ -34,7 +34,7 @@ def version_of(payload: str) -> int | None:
     return v if isinstance(v, int) else None
 
 
-def decode(payload: str, where: str) -> PlannedEntry:
+def decode(payload: str, where: str) -> MatrixEntry:
     """The entry a job payload names; `where` names the job in the error."""
     v = version_of(payload)
     if v != PAYLOAD_VERSION:
@@ -43,6 +43,6 @@ def decode(payload: str, where: str) -> PlannedEntry:
                                 f"{who} cachekeeper; this worker reads version {PAYLOAD_VERSION}")
     d: dict[str, Any] = json.loads(payload)
     try:
-        return PlannedEntry(EntrySpec.from_dict(d["spec"]), ModelRef(**d["model"]))
+        return MatrixEntry(EntrySpec.from_dict(d["spec"]), ModelRef(**d["model"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise QueuePayloadError(f"queue job {where} has a malformed version-{v} payload ({exc})") from None

@@ -75,7 +75,7 @@ def test_new_eager_ops_captured_on_one_host_are_loaded_by_the_next(tmp_path: Pat
     assert prebuilt["compiled"] > 0
     backend = NeuronBackend()
     store.mkdir()
-    publish(FileStore(store), fingerprint=backend.fingerprint(config.options_for("neuron")),
+    publish(FileStore(store), fingerprint=backend.fingerprint(config.backend_options_for("neuron")),
             spec=config.entries()[0].spec, roots={"cache": tmp_path / "build" / "cache"}, include=backend.include)
 
     host1 = tmp_path / "host1" / "neff"

@@ -14,7 +14,7 @@ import pytest
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.backends.neuron.backend import NeuronBackend
 from cachekeeper.backends.tpu.backend import TPUBackend
-from cachekeeper.config import PlannedEntry
+from cachekeeper.config import MatrixEntry
 from cachekeeper.errors import ConfigError, QueuePayloadError, UsageError
 from cachekeeper.spec import EntrySpec, Shape
 from cachekeeper.worker import payload
@@ -66,10 +66,10 @@ def test_the_split_balances_recorded_build_cost() -> None:
 # --- queue payload -----------------------------------------------------------------------------------
 
 
-def _entry() -> PlannedEntry:
+def _entry() -> MatrixEntry:
     spec = EntrySpec(model="m", component="transformer", backend="fake", mode="full", shape=Shape(64, 64, 1),
                      dtype="float32", revision="r")
-    return PlannedEntry(spec, ModelRef("m", "transformer", path="/models/m"))
+    return MatrixEntry(spec, ModelRef("m", "transformer", path="/models/m"))
 
 
 def test_a_payload_round_trips_and_carries_its_version() -> None:
@@ -175,7 +175,7 @@ def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchai
     for s, seconds in zip(specs, recorded, strict=True):
         publish(store, fingerprint=fingerprint("old"), spec=s, build={"seconds": seconds},
                 roots={"cache": write_tree(tmp_path / s.key, {"f": s.key.encode()})}, include=lambda r, p, f: True)
-    entries = [PlannedEntry(s, ModelRef("tiny", "transformer", path="/m")) for s in specs]
+    entries = [MatrixEntry(s, ModelRef("tiny", "transformer", path="/m")) for s in specs]
     tcs = {"fake": Toolchain(FakeBackend(), fingerprint("new"), {})}
 
     shards = [shard_entries(entries, tcs, Shard(i, 2), store, None) for i in range(2)]
