@@ -21,6 +21,7 @@ from . import db, queue, rebuild
 from .listing import where_manifests
 from .models import Base, FingerprintModel, ManifestModel
 from .rows import CatalogRow, Claim, FingerprintRow, JobRow, RebuildReport
+from .settings import default_url
 
 M = ManifestModel
 F = FingerprintModel
@@ -58,7 +59,7 @@ class Catalog:
     @classmethod
     def connect(cls, url: str | None = None) -> Catalog:
         """A reachable catalog at whatever revision it is: for `db upgrade/downgrade/current`."""
-        parsed = db.parse_url(url or db.default_url())
+        parsed = db.parse_url(url or default_url())
         catalog = cls(parsed, db.make_engine(parsed))
         try:
             db.connect(catalog._engine, catalog.url).close()

@@ -7,13 +7,9 @@ Supported: `sqlite:///path` (embedded default) and `postgresql+psycopg://` (`pos
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
-import os
-import re
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +18,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from ..errors import CatalogError, CatalogNotMigrated, CatalogUnreachable
-from ..stores import default_home
+from .settings import (
+    CONNECT_TIMEOUT_S,
+    SQLITE_BUSY_TIMEOUT_S,
+    VERSION_TABLE,
+    heads,
+    migrations_dir,
+    revisions,
+)
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -31,19 +34,11 @@ if TYPE_CHECKING:
 # Alembic is imported only to migrate: reading a catalog (ls, stats, coverage, hydrate's lookups) checks
 # its revision against the scripts' own `revision`/`down_revision` lines, without loading Alembic.
 
-# Our own version table, so a catalog can share a database with an application that uses Alembic too.
-VERSION_TABLE = "cachekeeper_alembic_version"
-CONNECT_TIMEOUT_S = 5
-SQLITE_BUSY_TIMEOUT_S = 30
 # Any constant works: it serializes concurrent `db upgrade` runs (N workers starting at once).
 _PG_MIGRATION_LOCK = 0x636B6D67
 
 # Execution option read by the SQLite "begin" hook: take the write lock up front (BEGIN IMMEDIATE).
 WRITE = "cachekeeper_write"
-
-
-def default_url() -> str:
-    return os.environ.get("CACHEKEEPER_CATALOG") or f"sqlite:///{default_home() / 'catalog.db'}"
 
 
 def parse_url(url: str) -> URL:
@@ -136,17 +131,6 @@ def connect(engine: Engine, url: str) -> Connection:
 # --- migrations --------------------------------------------------------------------------------------
 
 
-def migrations_dir() -> Path:
-    """The Alembic scripts: package `cachekeeper._migrations` when installed, ./migrations in a checkout."""
-    try:
-        path = Path(str(resources.files("cachekeeper._migrations")))
-    except ModuleNotFoundError:
-        path = Path(__file__).resolve().parents[2] / "migrations"
-    if not (path / "env.py").is_file():
-        raise CatalogError(f"catalog migrations not found at {path}", "reinstall cachekeeper", path=str(path))
-    return path
-
-
 def alembic_config(connection: Connection | None = None) -> Config:
     from alembic.config import Config
 
@@ -163,26 +147,10 @@ def _script() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
 
 
-_REVISION = re.compile(r"^(down_revision|revision)\b[^=]*=\s*(.+)$", re.M)
-
-
-@functools.cache
-def revisions() -> dict[str, tuple[str, ...]]:
-    """revision -> its down revisions, read from the migration scripts' text (no Alembic import)."""
-    out: dict[str, tuple[str, ...]] = {}
-    for path in sorted((migrations_dir() / "versions").glob("*.py")):
-        found = {k: ast.literal_eval(v.strip()) for k, v in _REVISION.findall(path.read_text())}
-        if isinstance(found.get("revision"), str):
-            down = found.get("down_revision")
-            out[found["revision"]] = tuple(down) if isinstance(down, list | tuple) else ((down,) if down else ())
-    return out
-
-
 def head() -> str:
-    revs = revisions()
-    heads = set(revs) - {d for downs in revs.values() for d in downs}
-    assert len(heads) == 1, f"migrations must have one head revision, not {sorted(heads)}"
-    return heads.pop()
+    found = heads()
+    assert len(found) == 1, f"migrations must have one head revision, not {sorted(found)}"
+    return found.pop()
 
 
 def known(revision: str) -> bool:

@@ -18,20 +18,17 @@ migrates, or says what is wrong, as every other command does. This module import
 
 from __future__ import annotations
 
-import ast
-import functools
 import itertools
 import os
 import re
 from collections.abc import Iterator
 from dataclasses import fields
-from importlib import resources
 from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError
 from .rows import CatalogRow
+from .settings import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S, VERSION_TABLE, default_url, heads
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Select
@@ -43,10 +40,6 @@ TEXT_COLUMNS = ("fingerprint_id", "name", "backend", "model", "component", "mode
 # SQLite's printf of the line `text_line` writes (entries always carry model, shape and dtype).
 _SQLITE_TEXT = ("printf('%s  %.12s  %-8s %s/%s %s %dx%dx%d %s  %8.1f MB  %d files', "
                 + ", ".join(TEXT_COLUMNS[:10]) + ", total_size / 1e6, file_count)")
-# = db.VERSION_TABLE, CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S (db.py imports SQLAlchemy; tests hold them equal)
-VERSION_TABLE = "cachekeeper_alembic_version"
-CONNECT_TIMEOUT_S = 5
-SQLITE_BUSY_TIMEOUT_S = 30
 
 
 def where_manifests(query: Select[Any], fingerprint_id: str | None, backend: str | None, model: str | None,
@@ -185,7 +178,7 @@ def direct_lines(url: str | None, *, fingerprint_id: str | None, backend: str | 
     """`ls` lines read with the database driver alone, or None when this is not the plain case (no such
     SQLite file yet, a schema at another revision, a URL or driver SQLAlchemy would treat its own way, a
     database that does not answer): the caller then opens the `Catalog`, which migrates or explains."""
-    url = url or _default_url()
+    url = url or default_url()
     raw, dialect = _connect(url)
     if raw is None:
         return None
@@ -207,13 +200,6 @@ def _closing(raw: Any, batches: Iterator[list[str]]) -> Iterator[list[str]]:
         yield from batches
     finally:
         raw.close()
-
-
-def _default_url() -> str:
-    """= db.default_url() (db.py imports SQLAlchemy; tests hold the two equal)."""
-    from ..stores import default_home
-
-    return os.environ.get("CACHEKEEPER_CATALOG") or f"sqlite:///{default_home() / 'catalog.db'}"
 
 
 def _connect(url: str) -> tuple[Any, str]:
@@ -250,27 +236,14 @@ def _mask(url: str) -> str:
     return re.sub(r"^([^:/]+://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-_REVISION = re.compile(r"^(down_revision|revision)\b[^=]*=\s*(.+)$", re.M)
-
-
-@functools.cache
 def head_revision() -> str | None:
-    """= db.head(), read from the migration scripts' text without importing SQLAlchemy (tests hold the
-    two equal). None when the scripts cannot be read: the fast path then steps aside."""
+    """= db.head(); None when the scripts cannot be read or have no single head: the fast path then
+    steps aside and the Catalog says what is wrong."""
     try:
-        path = Path(str(resources.files("cachekeeper._migrations")))
-    except ModuleNotFoundError:
-        path = Path(__file__).resolve().parents[2] / "migrations"
-    downs: set[str] = set()
-    revs: set[str] = set()
-    for script in sorted((path / "versions").glob("*.py")):
-        found = {k: ast.literal_eval(v.strip()) for k, v in _REVISION.findall(script.read_text())}
-        if isinstance(found.get("revision"), str):
-            revs.add(found["revision"])
-            down = found.get("down_revision")
-            downs.update(down if isinstance(down, list | tuple) else ([down] if down else []))
-    heads = revs - downs
-    return heads.pop() if len(heads) == 1 else None
+        found = heads()
+    except CatalogError:
+        return None
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def written(batches: Iterator[list[str]], out: Any) -> int:

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cachekeeper.catalog import Catalog, db, listing
 from cachekeeper.catalog.listing import FIELDS, direct_lines
 
@@ -71,12 +69,9 @@ def test_the_driver_steps_aside_for_what_the_catalog_must_handle(catalog: Catalo
     assert _direct(catalog_url) == []
 
 
-def test_what_the_driver_path_mirrors_of_db_py_agrees_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_the_driver_path_mirrors_of_db_py_agrees_with_it() -> None:
+    # The version table, timeouts and default URL are shared (settings.py); these two are its own.
     assert listing.head_revision() == db.head()
-    assert (listing.VERSION_TABLE, listing.CONNECT_TIMEOUT_S, listing.SQLITE_BUSY_TIMEOUT_S) == \
-        (db.VERSION_TABLE, db.CONNECT_TIMEOUT_S, db.SQLITE_BUSY_TIMEOUT_S)
-    monkeypatch.delenv("CACHEKEEPER_CATALOG", raising=False)
-    assert listing._default_url() == db.default_url()
     url = "postgresql+psycopg://ck:s3cret@db.example:5432/ck"
     assert listing._mask(url) == db.mask(db.parse_url(url))
 
