@@ -83,7 +83,7 @@ class _Run:
         self.stats = FetchStats()
         self.dirs: set[str] = set()      # parents of the files placed (they got a new entry)
         self.unsynced: set[str] = set()  # ... of which not fsynced after that file's rename
-        self.committer: _Committer | None = None
+        self.committer = _Committer(self, COMMIT_THREADS, COMMIT_BACKLOG)
 
     def place(self, p: Placement, st: os.stat_result, fetched: bool = True, parent_synced: bool = False) -> None:
         with self.lock:
@@ -118,7 +118,7 @@ def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what
     if actual != p.record.sha256:
         out.abort()
         raise IntegrityError(f"{what} for {p.record.path} failed verification")
-    if wait or run.committer is None:
+    if wait:
         run.place(p, out.commit(fsync=True))
     else:
         run.committer.submit(p, out)
@@ -457,7 +457,6 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
     """Returns what was placed ("root/path" -> PlacedFile) and counters. Never raises for a deadline or
     a store failure: those end in `stats.timed_out` / `stats.failed` with everything placed so far."""
     run = _Run(store, deadline or Deadline(), tag)
-    run.committer = _Committer(run, COMMIT_THREADS, COMMIT_BACKLOG)
     stats = run.stats
     tick = (lambda: progress(stats)) if progress is not None else None
     # No cyclic GC while fetching: the plan's objects are long-lived and the fetch makes no cycles, yet
@@ -505,7 +504,6 @@ def _execute(run: _Run, plan: HydratePlan, threads: int, tick: Callable[[], None
                 tick()
     except HydrateIncomplete:
         stats.timed_out = True
-    assert run.committer is not None
     left = run.deadline.left()
     run.committer.drain(None if left is None else max(0.0, left) + GRACE)
     if isinstance(run.committer.error, CachekeeperError):  # an unwritable destination
