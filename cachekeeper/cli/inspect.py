@@ -117,7 +117,7 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
              as_json: bool) -> None:
     """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
     config = required_config(config_path)
-    names = [backend] if backend else sorted({b for m in config.models for b in m.backends})
+    names = [backend] if backend else config.backend_names()
     fp_ids = {n: fingerprint_id or toolchain(config, n, pairs, device).fingerprint.id for n in names}
     if no_catalog:
         with opened_store(store_url, config) as store:

@@ -63,7 +63,7 @@ def pick_backend(config: Config | None, backend: str | None) -> str:
     """The named backend, or the config's only one; several or none is a usage error."""
     if backend:
         return backend
-    names = sorted({b for m in config.models for b in m.backends}) if config else []
+    names = config.backend_names() if config else []
     if len(names) == 1:
         return names[0]
     raise UsageError("which backend? name one" + (f" (the config names {', '.join(names)})" if names else ""))
