@@ -85,23 +85,18 @@ def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
 def _parent_checker(joiner: SafeJoiner) -> Callable[[Path, str], None]:
     """Every directory between a root and a target must be a real directory: writing through a
     symlink could land anywhere, and a file in the way is a conflict found before any fetch.
-    The lstats come from `joiner`, which took them while joining the same paths."""
-    seen: set[Path] = set()
-
+    The lstats come from `joiner`, which took them (once per directory) while joining the same paths."""
     def check(root: Path, rel: str) -> None:
-        d = root
+        d = str(root)
         for part in rel.split("/")[:-1]:
-            d = d / part
-            if d in seen:
-                continue
-            st = joiner.lstat(str(d))
+            d = os.path.join(d, part)  # plain strings, as `joiner` keys them: pathlib costs more than the check
+            st = joiner.lstat(d)
             if st is not None and stat.S_ISLNK(st.st_mode):
                 raise UnsafePath(f"{d} is a symlink; hydrate never writes through one",
                                  "remove the symlink, or hydrate into a fresh directory")
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise DestinationError(f"{d} is a file where a manifest needs a directory",
                                        "remove it, or hydrate into a fresh directory")
-            seen.add(d)
     return check
 
 
