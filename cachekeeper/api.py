@@ -99,14 +99,14 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     with store_on_demand(store, cfg) as store_fn:
         return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
                    settle_s=settle, signing_key=key,
-                   catalog=_catalog_opener(catalog, cfg) if publish and catalog else None)
+                   catalog=_catalog_opener(catalog) if publish and catalog else None)
 
 
-def _catalog_opener(url: str, config: Config | None) -> Callable[[], Catalog]:
+def _catalog_opener(url: str) -> Callable[[], Catalog]:
     def open_it() -> Catalog:
         from .catalog import Catalog
 
-        return Catalog.open(url or (config.catalog if config else None))
+        return Catalog.open(url)
 
     return open_it
 
