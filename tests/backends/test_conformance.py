@@ -51,9 +51,25 @@ class TestInductor(BackendConformance):
         return InductorBackend()
 
 
-class TestNeuron(BackendConformance):
-    options: ClassVar[dict[str, str]] = {"target": "trn2"}
+class SimulatedDevice(BackendConformance):
+    """A torch device backend against its simulated package, built on the tiny Flux model."""
+
+    backend_class: ClassVar[type[Backend]]
     tensor_parallel = True
+
+    @pytest.fixture
+    def backend(self, simulated_host: Path) -> Backend:
+        return self.backend_class()
+
+    @pytest.fixture
+    def build_parts(self, simulated_host: Path, tmp_path: Path) -> BuildParts:
+        spec = entry(self.backend_class.name, "full")
+        return spec, make_tiny_flux(tmp_path / "models"), {**self.options, **WARMUP_OPTIONS}
+
+
+class TestNeuron(SimulatedDevice):
+    backend_class = NeuronBackend
+    options: ClassVar[dict[str, str]] = {"target": "trn2"}
     artifacts: ClassVar[dict[str, bytes]] = {f"ab/cd/{NEFF_KEY}.neff": b"neff"}
     debris: ClassVar[dict[str, bytes]] = {
         f"ab/cd/{NEFF_KEY[:-1]}f.neff": b"",  # empty: a miss to the runtime
@@ -61,32 +77,16 @@ class TestNeuron(BackendConformance):
         f"ab/cd/{NEFF_KEY}.neff.lock": b"", f"ab/cd/{NEFF_KEY[:30]}.neff": b"short key",
     }
 
-    @pytest.fixture
-    def backend(self, simulated_host: Path) -> Backend:
-        return NeuronBackend()
 
-    @pytest.fixture
-    def build_parts(self, simulated_host: Path, tmp_path: Path) -> BuildParts:
-        return entry("neuron", "full"), make_tiny_flux(tmp_path / "models"), {**self.options, **WARMUP_OPTIONS}
-
-
-class TestTPU(BackendConformance):
+class TestTPU(SimulatedDevice):
+    backend_class = TPUBackend
     options: ClassVar[dict[str, str]] = {"chip": "v6e", "topology": "2x4"}
-    tensor_parallel = True
     artifacts: ClassVar[dict[str, bytes]] = {f"{K}/{K}_{K}_{K}.bin": b"exe", f"{K}/{K}_{K}.bin": b"older key"}
     debris: ClassVar[dict[str, bytes]] = {
         f"{K}/{K}_{K}_{K[:-1]}0.bin": b"",  # empty: the runtime falls back to compiling
         f"{K}/{K}_{K}_{K}.bin.host-1-2-3.0.tmp": b"partial", f"{K}_{K}_{K}.bin": b"no platform dir",
         f"{K}/{K}_{K}_{K}.bin.lock": b"", "default/x.bin": b"",
     }
-
-    @pytest.fixture
-    def backend(self, simulated_host: Path) -> Backend:
-        return TPUBackend()
-
-    @pytest.fixture
-    def build_parts(self, simulated_host: Path, tmp_path: Path) -> BuildParts:
-        return entry("tpu", "full"), make_tiny_flux(tmp_path / "models"), {**self.options, **WARMUP_OPTIONS}
 
 
 class TestNeuronXla(BackendConformance):
