@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
+from ...fsutil import temp_path
 from ..base import CACHE_ROOT, BuildJob
 from ..build_main import build_main
 from ..toolchain import require_versions
@@ -58,7 +59,7 @@ def import_xla_cache(src: Path, dest: Path, compiler_version: str) -> ImportRepo
 
 def _copy_atomic(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.ck-tmp")
+    tmp = temp_path(dst)
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
 
