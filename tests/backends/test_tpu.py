@@ -118,6 +118,13 @@ def _job(tmp_path: Path, mode: str, tp: int = 1) -> BuildJob:
                     {"cache": str(tmp_path / "w" / "cache")}, {"xla_flags": "--a=1"}, str(tmp_path / "r.json"))
 
 
+
+def test_a_pinned_libtpu_mismatch_is_refused_in_one_line() -> None:
+    with pytest.raises(BackendUnavailable) as exc:
+        TPUBackend().fingerprint({**BASE, "libtpu_version": "0.0.20"})
+    assert str(exc.value) == "tpu: config pins libtpu 0.0.20 but 0.0.24 is installed"
+    assert (exc.value.backend, exc.value.reason) == ("tpu", "config pins libtpu 0.0.20 but 0.0.24 is installed")
+
 @pytest.mark.parametrize(("mode", "defer"), [("eager", "0"), ("defer_and_fuse", "1"), ("full", "0")])
 def test_build_command_sets_the_eager_mode_the_entry_names(mode: str, defer: str, tmp_path: Path) -> None:
     cmd = TPUBackend().build_command(_job(tmp_path, mode))
