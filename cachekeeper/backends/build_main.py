@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -56,10 +57,20 @@ def device_runtime(module: Any, tc: DeviceToolchain) -> DeviceRuntime:
     """The runtime of an imported device package. Only simulated packages define `SIMULATION`."""
     sim = getattr(module, "SIMULATION", None)
     if sim is None:
+        stats = partial(runtime_counters, tc.counters) if tc.counters else None
         return DeviceRuntime(module.__name__, tc.device, tc.compile_backend, tc.dist_backend,
-                             contextlib.nullcontext, None, simulated=False)
+                             contextlib.nullcontext, stats, simulated=False)
     return DeviceRuntime(module.__name__, sim.device, tc.compile_backend, tc.dist_backend, sim.eager_mode,
                          sim.stats, simulated=True)
+
+
+def runtime_counters(counters: Mapping[str, str]) -> dict[str, int]:
+    """Each "module:function" counter of the runtime, called now."""
+    out = {}
+    for name, target in counters.items():
+        module, _, function = target.partition(":")
+        out[name] = int(getattr(importlib.import_module(module), function)())
+    return out
 
 
 def import_device_package(name: str, backend: str, hint: str) -> Any:
@@ -68,6 +79,43 @@ def import_device_package(name: str, backend: str, hint: str) -> Any:
         return importlib.import_module(name)
     except ImportError as exc:
         raise BackendUnavailable.of(backend, f"cannot import {name}: {exc}", hint) from None
+
+
+TORCH_BACKENDS_GROUP = "torch.backends"   # the entry-point group torch's autoload calls
+
+
+def run_entry_point(name: str, backend: str, hint: str) -> None:
+    """Do for one package what torch's autoload does for all (torch/__init__.py, _import_device_backends):
+    load its `torch.backends` entry point and call it. torch_tpu 0.2.0 registers its device there only."""
+    found = [ep for ep in importlib.metadata.entry_points(group=TORCH_BACKENDS_GROUP) if ep.name == name]
+    if not found:
+        raise BackendUnavailable.of(backend, f"no {TORCH_BACKENDS_GROUP} entry point named {name!r}: "
+                                    "the device package's loader cannot run", hint)
+    found[0].load()()
+
+
+def device_registered(device: str) -> bool:
+    """Whether torch knows the device type (a loader renames PrivateUse1 to it)."""
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        return False
+    return True
+
+
+def load_device_package(tc: DeviceToolchain, backend: str, hint: str) -> DeviceRuntime:
+    """Import the device package, run its loader, and check that its device exists: a build that cannot
+    place the model says why here, not at `model.to(...)`."""
+    module = import_device_package(tc.package, backend, hint)
+    if tc.entry_point:
+        run_entry_point(tc.entry_point, backend, hint)
+    rt = device_runtime(module, tc)
+    if not device_registered(rt.device):
+        raise BackendUnavailable.of(backend, f"{tc.package}'s loader ran but registered no {rt.device!r} "
+                                    "device: no chip on this host", "build on a host with the accelerator")
+    return rt
 
 
 def torch_dtype(name: str) -> Any:
@@ -285,7 +333,7 @@ def device_build(backend: DeviceBackend, job: BuildJob) -> dict[str, Any]:
     import torch  # noqa: F401  (before the device package, as autoload would)
 
     tc = backend.toolchain
-    rt = device_runtime(import_device_package(tc.package, backend.name, backend.install_hint), tc)
+    rt = load_device_package(tc, backend.name, backend.install_hint)
     return run_build(job, rt, eager_modes=tc.eager_modes, is_artifact=partial(backend.include, CACHE_ROOT))
 
 

@@ -238,6 +238,11 @@ class DeviceToolchain:
     other_env: tuple[str, ...] = ()       # other output-changing env vars: `env.*` fields
     # Host settings that turn the cache off, var -> the value that does (None: any); a build drops them.
     cache_off: Mapping[str, str | None] = field(default_factory=dict)
+    # The package's `torch.backends` entry point (what torch's autoload calls), run by the build after the
+    # import: builds keep autoload off so that only this package loads. None: importing it is enough.
+    entry_point: str | None = None
+    # The runtime's own counters, name -> "module:function" returning an int ("compiled", "loaded", ...).
+    counters: Mapping[str, str] = field(default_factory=dict)
 
 
 class DeviceBackend(PackagedBackend):

@@ -1,18 +1,22 @@
 """TorchTPU's tier-3 compilation cache: what its key misses, which files are artifacts, how a build runs.
 
-Tier 3 lives under TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT as `<16 hex platform fingerprint>/<k1>_<k2>_<k3>.bin`
-(older releases: two key parts). The platform fingerprint covers a cache-format constant and the PjRt
-platform version; the key covers graph, dimensions and compile options. Neither covers the chip generation,
-the topology, LIBTPU_INIT_ARGS or the torch_tpu wheel version: our fingerprint adds them.
-Tier 3 works only while tier 2 (shared memory) is on: TORCH_TPU_TIER2_COMPILATION_CACHE=disabled turns
-both off without a word, so builds unset it and boot hooks refuse it.
+Read from the released torch-tpu 0.2.0 (its Python files; strings of
+`csrc/common/glue_2_13_0/libpywrap_2_13_0_common.so`; docs/backends.md lists each fact and its source):
+tier 3 lives under TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT as `<16 hex platform fingerprint>/<name>.bin`,
+name `%016x_%016x_%016x` (shapeless graph, dimensions, compile options) or `%016x_%016x_%016x_%s` when the
+key's id_key is set. The platform fingerprint covers a binary-version constant and the PjRt platform and
+C API versions; the compile-options key covers XLA_FLAGS, LIBTPU_INIT_ARGS, the device assignment, effort
+levels and argument shapes. Neither covers the chip generation, the topology or the torch_tpu/libtpu
+versions: our fingerprint adds them. Tier 3 works only while tier 2 is on:
+TORCH_TPU_TIER2_COMPILATION_CACHE=disabled turns both off with one INFO line, so builds unset it and
+boot hooks refuse it.
 
 Fingerprint fields:
   torch, torch_tpu, libtpu   versions from importlib.metadata
   pjrt_platform      option `pjrt_platform_version`, else libtpu.so's sha256 from libtpu's RECORD (the
                      binary that reports the platform version; read without loading it)
-  chip               option `chip`, else ACCELERATOR_TYPE / TPU_ACCELERATOR_TYPE ("v6e-8" -> v6e)
-  topology           option `topology`, else TPU_TOPOLOGY / TORCH_TPU_TOPOLOGY, else the accelerator type
+  chip               option `chip`, else TPU_ACCELERATOR_TYPE ("v6e-8" -> v6e), else the PCI device id
+  topology           option `topology`, else TORCH_TPU_TOPOLOGY, else the accelerator type
   xla_flags          option, else XLA_FLAGS;  libtpu_init_args  option, else LIBTPU_INIT_ARGS
   env.TORCH_TPU_INTERNAL_XLA_OPTIONS; option.* for any other option (it may change the graph)
 Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not recorded.
@@ -27,15 +31,18 @@ from typing import ClassVar
 
 from ...errors import BackendUnavailable
 from .. import MODES
-from ..base import BuildJob
+from ..base import BuildCommand, BuildJob
 from ..toolchain import DeviceBackend, DeviceToolchain, require_choice
 from . import probes
-from .probes import TIER2_ENV, TIER2_INTERNAL_ENV
+from .probes import TIER2_ENV, TIER2_OFF
 
 DISTS = ("torch", "torch-tpu", "libtpu")
-INSTALL_HINT = "pip install torch_tpu libtpu from TorchTPU's release channel"
+INSTALL_HINT = "pip install torch-tpu (from the package registry; it brings libtpu)"
 CHIPS = ("v6e", "v7x")
+LAUNCH_MODULE = "cachekeeper.backends.tpu.launch"
 DEFER_ENV = "TORCH_TPU_DEFER_AND_FUSE"
+
+_OPS = "torch_tpu._internal.device._device_ops_backend"
 
 # option -> (env var the runtime reads, default); each is one fingerprint field.
 KNOBS: dict[str, tuple[str, str]] = {
@@ -46,11 +53,18 @@ KNOBS: dict[str, tuple[str, str]] = {
 TOOLCHAIN = DeviceToolchain(
     package="torch_tpu", device="tpu", compile_backend="tpu", dist_backend="tpu_dist",
     eager_modes=("eager", "defer_and_fuse"), build_module="cachekeeper.backends.tpu.build",
-    # Entries only: the runtime's temps are `<entry>.bin.<host>-<tid>-<pid>-<us>.<n>.tmp`.
-    artifact=re.compile(r"[0-9a-f]{16}/[0-9a-f]{16}(_[0-9a-f]{16}){1,2}\.bin"),
+    # Entries only, in both of 0.2.0's name forms (`%016x_%016x_%016x`, and `..._%s` with the key's
+    # id_key); the runtime's temps, `<entry>.bin.<host>-<tid hex>-<pid>-<us hex>.<n>.tmp`, never end in .bin.
+    artifact=re.compile(r"[0-9a-f]{16}/[0-9a-f]{16}_[0-9a-f]{16}_[0-9a-f]{16}(_[^/]+)?\.bin"),
     knobs=KNOBS, other_env=("TORCH_TPU_INTERNAL_XLA_OPTIONS",),
     # A build must write tier 3, which needs tier 2: it drops a host setting that disables it.
-    cache_off={TIER2_ENV: "disabled", TIER2_INTERNAL_ENV: "disabled"},
+    cache_off={TIER2_ENV: TIER2_OFF},
+    # 0.2.0 registers the `tpu` device in `torch_tpu._loader:load`, its `torch.backends` entry point; a
+    # build runs it itself, since `import torch_tpu` under TORCH_DEVICE_BACKEND_AUTOLOAD=0 does not.
+    entry_point="torch_tpu",
+    # The compilation cache's own hit/miss counters (callable in 0.2.0, also without a chip).
+    counters={"compiled": f"{_OPS}:_get_cache_misses", "loaded": f"{_OPS}:_get_cache_hits",
+              "requests": f"{_OPS}:_get_cache_requests"},
 )
 
 
@@ -65,7 +79,7 @@ class TPUBackend(DeviceBackend):
     field_options: ClassVar[frozenset[str]] = frozenset({"chip", "topology", "pjrt_platform_version"})
 
     def toolchain_fields(self, options: Mapping[str, str]) -> dict[str, str]:
-        chip = options.get("chip") or probes.chip_of(probes.accelerator_type(self.env))
+        chip = options.get("chip") or probes.host_chip(self.env)
         if "chip" in options:
             require_choice(self.name, "chip", chip, CHIPS)
         return {"pjrt_platform": options.get("pjrt_platform_version") or probes.libtpu_binary_id(),
@@ -78,10 +92,11 @@ class TPUBackend(DeviceBackend):
         root = env.get(self.env_var, "")
         if root.startswith("gs://"):
             out.append(f"{self.env_var}={root}: hydrate fills a local dir; point the runtime at it instead")
-        if env.get(DEFER_ENV, env.get("TPU_DEFER_AND_FUSE")) == "1":
+        if env.get(DEFER_ENV, "").lower() in ("1", "true"):   # read as a boolean by the glue library
             out.append(f"{DEFER_ENV}=1: eager runs defer and fuse, so only defer_and_fuse entries are used")
-        if "chip" not in options and probes.chip_of(probes.accelerator_type(env)) == probes.UNKNOWN:
-            out.append("chip unknown (ACCELERATOR_TYPE unset): set backend_options.tpu.chip (v6e|v7x)")
+        if "chip" not in options and probes.host_chip(env) == probes.UNKNOWN:
+            out.append(f"chip unknown ({probes.ACCELERATOR_ENV} unset, no TPU on the PCI bus): "
+                       "set backend_options.tpu.chip (v6e|v7x)")
         return out
 
     def env_exports(self, dest: Path) -> dict[str, str]:
@@ -89,6 +104,13 @@ class TPUBackend(DeviceBackend):
             raise BackendUnavailable.of("tpu", f"{var}=disabled turns off tier 2, and tier 3 (the hydrated "
                                         "cache) with it", f"unset {var} before the server starts")
         return {self.env_var: str(dest)}
+
+    def build_command(self, job: BuildJob) -> BuildCommand:
+        cmd = super().build_command(job)
+        if cmd.argv[1:3] == ["-m", "torch.distributed.run"]:
+            # Tensor parallel: the package's launch helper sets the distributed env before torchrun.
+            cmd.argv[1:3] = ["-m", LAUNCH_MODULE]
+        return cmd
 
     def build_env(self, job: BuildJob) -> dict[str, str]:
         # defer_and_fuse is its own entry mode; every other mode runs strict eager around its graphs.

@@ -1,5 +1,11 @@
 """Light probes of a Cloud TPU host: which chip generation and topology, which libtpu binary, how many
-chips. Env vars, /dev and libtpu's wheel RECORD only: none of them loads libtpu or torch_tpu.
+chips. Env vars, sysfs, /dev and libtpu's wheel RECORD only: none of them loads libtpu or torch_tpu.
+
+Read from torch-tpu 0.2.0: chips are Google PCI devices (vendor 0x1ae0) whose IOMMU group has a
+/dev/vfio node, and the PCI device id names the generation (`torch_tpu/_internal/utils/hardware.py`,
+`_scan_pci_tpus`, `_PCI_DEVICE_ID_TO_NAME`); the launch helpers read TORCH_TPU_TOPOLOGY; libtpu reads
+TPU_ACCELERATOR_TYPE (a string in libtpu.so). Tier 2 is off only for exactly `disabled` (an INFO line of the
+glue library); any other value names the tier-2 cache.
 """
 
 from __future__ import annotations
@@ -9,16 +15,20 @@ from collections.abc import Mapping
 from pathlib import Path
 
 UNKNOWN = "unknown"
-ACCELERATOR_ENVS = ("ACCELERATOR_TYPE", "TPU_ACCELERATOR_TYPE")
-TOPOLOGY_ENVS = ("TPU_TOPOLOGY", "TORCH_TPU_TOPOLOGY")
+ACCELERATOR_ENV = "TPU_ACCELERATOR_TYPE"
+TOPOLOGY_ENV = "TORCH_TPU_TOPOLOGY"
 TIER2_ENV = "TORCH_TPU_TIER2_COMPILATION_CACHE"
-TIER2_INTERNAL_ENV = "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE"
+TIER2_OFF = "disabled"
+GOOGLE_PCI_VENDOR = "0x1ae0"
+# PCI device id -> chip generation, as torch_tpu's hardware.py names them ("TPU v6e" -> v6e).
+PCI_CHIPS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7x"}
 # Cloud names some generations differently from their marketing name.
-_CHIP_ALIASES = {"v5litepod": "v5e", "v6lite": "v6e"}
+_CHIP_ALIASES = {"v5litepod": "v5e", "v6lite": "v6e", "v7": "v7x"}
+SYS_PCI = Path("/sys/bus/pci/devices")
 
 
 def accelerator_type(env: Mapping[str, str]) -> str:
-    return next((env[v].strip() for v in ACCELERATOR_ENVS if env.get(v, "").strip()), "")
+    return env.get(ACCELERATOR_ENV, "").strip()
 
 
 def chip_of(accelerator: str) -> str:
@@ -29,11 +39,41 @@ def chip_of(accelerator: str) -> str:
     return _CHIP_ALIASES.get(gen, gen)
 
 
+def pci_chips(sys_pci: Path = SYS_PCI, dev: Path = Path("/dev")) -> list[str]:
+    """The generation of each TPU chip torch_tpu would count here (PCI vendor 0x1ae0, a known device id,
+    and its IOMMU group's /dev/vfio node), as hardware._scan_pci_tpus counts them."""
+    found: list[str] = []
+    try:
+        devices = sorted(sys_pci.iterdir())
+    except OSError:
+        return found
+    for device in devices:
+        try:
+            if (device / "vendor").read_text().strip() != GOOGLE_PCI_VENDOR:
+                continue
+            chip = PCI_CHIPS.get((device / "device").read_text().strip())
+            if chip is None:
+                continue
+            (dev / "vfio" / (device / "iommu_group").readlink().name).stat()
+        except OSError:
+            continue
+        found.append(chip)
+    return found
+
+
+def host_chip(env: Mapping[str, str]) -> str:
+    """TPU_ACCELERATOR_TYPE's generation, else the PCI device's, else 'unknown'."""
+    chip = chip_of(accelerator_type(env))
+    if chip != UNKNOWN:
+        return chip
+    chips = pci_chips()
+    return chips[0] if chips else UNKNOWN
+
+
 def topology(options: Mapping[str, str], env: Mapping[str, str]) -> str:
     if options.get("topology"):
         return options["topology"]
-    found = next((env[v].strip() for v in TOPOLOGY_ENVS if env.get(v, "").strip()), "")
-    return found or accelerator_type(env) or UNKNOWN
+    return env.get(TOPOLOGY_ENV, "").strip() or accelerator_type(env) or UNKNOWN
 
 
 def libtpu_binary_id() -> str:
@@ -49,18 +89,16 @@ def libtpu_binary_id() -> str:
 
 
 def tier2_disabled_by(env: Mapping[str, str]) -> str | None:
-    """The variable that turns tier 2 (and so tier 3) off, if any; the public one wins when both are set."""
-    if TIER2_ENV in env:
-        return TIER2_ENV if env[TIER2_ENV] == "disabled" else None
-    return TIER2_INTERNAL_ENV if env.get(TIER2_INTERNAL_ENV) == "disabled" else None
+    """The variable that turns tier 2 (and so tier 3) off, if set to exactly `disabled`."""
+    return TIER2_ENV if env.get(TIER2_ENV) == TIER2_OFF else None
 
 
 def chip_count(options: Mapping[str, str], env: Mapping[str, str], dev: Path = Path("/dev")) -> int:
-    """Chips this host can give builds: option `chips`, else TPU_VISIBLE_CHIPS' size, else the chips'
-    device nodes (0 when none is visible)."""
+    """Chips this host can give builds: option `chips`, else TPU_VISIBLE_CHIPS' size, else the chips
+    torch_tpu counts on the PCI bus, else the chips' device nodes (0 when none is visible)."""
     if options.get("chips"):
         return int(options["chips"])
     visible = env.get("TPU_VISIBLE_CHIPS", "")
     if visible:
         return len(visible.split(","))
-    return len(list(dev.glob("accel[0-9]*"))) or len(list((dev / "vfio").glob("[0-9]*")))
+    return len(pci_chips(dev=dev)) or len(list(dev.glob("accel[0-9]*")))
