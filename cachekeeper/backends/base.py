@@ -71,6 +71,11 @@ class Backend(abc.ABC):
     def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
         """None if this host can build/hydrate for the backend (with these options), else why not."""
 
+    def device_reason(self, options: Mapping[str, str]) -> str | None:
+        """None if this host has the device that builds and servers run on, else why not (doctor reports it;
+        hydrate needs no device). Light probes only."""
+        return None
+
     def build_roots(self, workdir: Path) -> dict[str, Path]:
         """Fresh directories a build compiles into, by root name; the worker snapshots each one."""
         return {CACHE_ROOT: workdir / CACHE_ROOT}

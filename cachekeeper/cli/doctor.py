@@ -42,7 +42,7 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
     from ..backends import get_backend
 
     row: dict[str, Any] = {"backend": name, "usable": False, "reason": None, "fingerprint": None,
-                           "env_var": None, "cache_dir": None, "warnings": []}
+                           "env_var": None, "cache_dir": None, "warnings": [], "device": None}
     try:
         backend = get_backend(name)
     except (ImportError, AttributeError) as exc:
@@ -55,6 +55,8 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
         row["reason"] = reason
         return row
     row["warnings"] = backend.env_warnings(options)
+    # Hydrating needs no device; building and serving do: say so, by the runtime's own rule.
+    row["device"] = backend.device_reason(options)
     try:
         fp = backend.fingerprint(options)
     except CachekeeperError as exc:  # a backend's own reason, without the backend name doctor shows anyway
@@ -76,6 +78,8 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
         if row["cache_dir"]:
             cd = row["cache_dir"]
             click.echo(f"  cache dir: {cd['path'] or '-'} ({cd['source']})")
+        if row.get("device"):
+            click.echo(f"  device: {row['device']} (hydrate works; builds and servers need the device)")
         for w in row["warnings"]:
             click.echo(f"  warning: {w}")
 

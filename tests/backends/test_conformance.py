@@ -81,10 +81,12 @@ class TestNeuron(SimulatedDevice):
 class TestTPU(SimulatedDevice):
     backend_class = TPUBackend
     options: ClassVar[dict[str, str]] = {"chip": "v6e", "topology": "2x4"}
-    artifacts: ClassVar[dict[str, bytes]] = {f"{K}/{K}_{K}_{K}.bin": b"exe", f"{K}/{K}_{K}.bin": b"older key"}
+    # torch-tpu 0.2.0's two name forms: `%016x_%016x_%016x` and `%016x_%016x_%016x_%s` (a non-empty id_key)
+    artifacts: ClassVar[dict[str, bytes]] = {f"{K}/{K}_{K}_{K}.bin": b"exe", f"{K}/{K}_{K}_{K}_g.bin": b"with id"}
     debris: ClassVar[dict[str, bytes]] = {
         f"{K}/{K}_{K}_{K[:-1]}0.bin": b"",  # empty: the runtime falls back to compiling
-        f"{K}/{K}_{K}_{K}.bin.host-1-2-3.0.tmp": b"partial", f"{K}_{K}_{K}.bin": b"no platform dir",
+        f"{K}/{K}_{K}_{K}.bin.host-1a2b-3-5f3e2a.0.tmp": b"partial", f"{K}_{K}_{K}.bin": b"no platform dir",
+        f"{K}/{K}_{K}_{K}_g.bin.host-1a2b-3-5f3e2a.1.tmp": b"partial", f"{K}/{K}_{K}.bin": b"not a 0.2.0 name",
         f"{K}/{K}_{K}_{K}.bin.lock": b"", "default/x.bin": b"",
     }
 

@@ -57,10 +57,10 @@ def test_a_libtpu_upgrade_changes_its_version_and_the_platform_binary(monkeypatc
 
 
 def test_chip_and_topology_come_from_cloud_env_when_the_config_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACCELERATOR_TYPE", "v6e-8")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v6e-8")
     fields = dict(TPUBackend().fingerprint({}).fields)
     assert (fields["chip"], fields["topology"]) == ("v6e", "v6e-8")
-    monkeypatch.setenv("TPU_TOPOLOGY", "2x4")
+    monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "2x4")
     assert TPUBackend().fingerprint({}).get("topology") == "2x4"
 
 
@@ -72,10 +72,9 @@ def test_an_unknown_chip_option_is_a_config_error() -> None:
 # --- tier 2 must stay on ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("var", ["TORCH_TPU_TIER2_COMPILATION_CACHE", "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE"])
-def test_boot_hook_refuses_a_disabled_tier2_because_tier3_dies_with_it(var: str, monkeypatch: pytest.MonkeyPatch,
+def test_boot_hook_refuses_a_disabled_tier2_because_tier3_dies_with_it(monkeypatch: pytest.MonkeyPatch,
                                                                        tmp_path: Path) -> None:
-    backend = TPUBackend()
+    backend, var = TPUBackend(), "TORCH_TPU_TIER2_COMPILATION_CACHE"
     assert backend.env_exports(tmp_path) == {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": str(tmp_path)}
     monkeypatch.setenv(var, "disabled")
     with pytest.raises(BackendUnavailable, match=f"{var}=disabled turns off tier 2") as exc:
@@ -84,10 +83,17 @@ def test_boot_hook_refuses_a_disabled_tier2_because_tier3_dies_with_it(var: str,
     assert any("tier 2" in w for w in backend.env_warnings({}))
 
 
-def test_the_public_tier2_variable_overrides_the_internal_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE", "disabled")
-    monkeypatch.setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", "shared")
+@pytest.mark.parametrize(("var", "value"), [
+    ("TORCH_TPU_TIER2_COMPILATION_CACHE", "shared"),     # 0.2.0: any other value is the tier-2 cache's name
+    ("TORCH_TPU_TIER2_COMPILATION_CACHE", "Disabled"),   # only exactly `disabled` turns it off
+    ("TORCH_TPU_TIER2_COMPILATION_CACHE", ""),           # empty is unset: on, since tier 3 is configured
+    ("TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE", "disabled"),   # no such variable in 0.2.0
+])
+def test_only_exactly_disabled_turns_tier2_off(var: str, value: str, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    monkeypatch.setenv(var, value)
     assert TPUBackend().env_exports(tmp_path)  # no refusal
+    assert not any("tier 2" in w for w in TPUBackend().env_warnings({}))
 
 
 def test_a_build_drops_a_host_setting_that_disables_tier2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -131,5 +137,25 @@ def test_build_command_sets_the_eager_mode_the_entry_names(mode: str, defer: str
     assert cmd.argv[1:3] == ["-m", "cachekeeper.backends.tpu.build"]
     assert cmd.env["TORCH_TPU_DEFER_AND_FUSE"] == defer
     assert cmd.env["XLA_FLAGS"] == "--a=1" and cmd.env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+
+
+def test_a_tensor_parallel_build_starts_through_the_packages_launch_helper(tmp_path: Path) -> None:
+    """0.2.0's ranks need TORCH_TPU_SLICEBUILDER_ADDRESSES, which only set_tpu_launch_env sets: the launcher
+    calls it in the parent, then runs torchrun with the same arguments."""
+    argv = TPUBackend().build_command(_job(tmp_path, "full", tp=2)).argv
+    assert argv[1:] == ["-m", "cachekeeper.backends.tpu.launch", "--standalone", "--nproc_per_node=2",
+                        "-m", "cachekeeper.backends.tpu.build", argv[-1]]
+
+
+@pytest.mark.parametrize("name", [f"{K}_{K}_{K}", f"{K}_{K}_{K}_g", f"{K}_{K}_{K}_id key.with-dots"])
+def test_include_keeps_both_name_forms_and_drops_their_temps(name: str, tmp_path: Path) -> None:
+    entry_path = tmp_path / K / f"{name}.bin"
+    temp = tmp_path / K / f"{name}.bin.tpu-vm-0-7f3a2b1c-4242-63c1f0e2a3b4.0.tmp"
+    for p in (entry_path, temp):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+    backend = TPUBackend()
+    assert backend.include("cache", f"{K}/{name}.bin", entry_path)
+    assert not backend.include("cache", f"{K}/{temp.name}", temp)
 
 

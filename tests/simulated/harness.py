@@ -24,11 +24,11 @@ DEVICE_ENV = (
     "NEURON_PLATFORM_TARGET_OVERRIDE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_COMPILER_OPT_LEVEL",
     "NEURON_CC_FLAGS", "NEURON_RT_VIRTUAL_CORE_SIZE", "TORCH_NEURONX_COMPLEX_DECOMPOSE", "SIM_NEURON_TARGET",
     "NEURON_COMPILE_CACHE_URL",
-    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_ROOT",
-    "TORCH_TPU_TIER2_COMPILATION_CACHE", "TORCH_TPU_INTERNAL_TIER2_COMPILATION_CACHE",
-    "TORCH_TPU_DEFER_AND_FUSE", "TPU_DEFER_AND_FUSE", "XLA_FLAGS", "LIBTPU_INIT_ARGS",
-    "TORCH_TPU_INTERNAL_XLA_OPTIONS", "ACCELERATOR_TYPE", "TPU_ACCELERATOR_TYPE", "TPU_TOPOLOGY",
-    "TORCH_TPU_TOPOLOGY", "CACHEKEEPER_BACKENDS",
+    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", "TORCH_TPU_TIER2_COMPILATION_CACHE", "TORCH_TPU_DEFER_AND_FUSE",
+    "XLA_FLAGS", "LIBTPU_INIT_ARGS", "TORCH_TPU_INTERNAL_XLA_OPTIONS", "TPU_ACCELERATOR_TYPE",
+    "TORCH_TPU_TOPOLOGY", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS",
+    "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD", "SIM_TPU_CHIP", "CACHEKEEPER_TPU_CHIP_LOCK", "CACHEKEEPER_BACKENDS",
 )
 
 
@@ -90,9 +90,10 @@ WARMUP_OPTIONS = {"text_len": "8"}
 
 def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path, *,
               options: Mapping[str, str] = WARMUP_OPTIONS, seed_from: Path | None = None,
-              timeout: float = 600) -> dict[str, Any]:
+              timeout: float = 600, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run the backend's real build command in a subprocess; `seed_from` pre-fills the cache root
-    (a hydrated dir). Returns the result JSON the build wrote."""
+    (a hydrated dir); `env` is added to the command's, as the worker adds a build.workers slot's. Returns the
+    result JSON the build wrote."""
     roots = backend.build_roots(workdir)
     for root in roots.values():
         root.mkdir(parents=True, exist_ok=True)
@@ -101,6 +102,7 @@ def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path,
     job = BuildJob(spec, model, {k: str(v) for k, v in roots.items()}, dict(options),
                    result_path=str(workdir / "result.json"))
     cmd = backend.build_command(job)
+    cmd.env.update(env or {})
     proc = subprocess.run(cmd.argv, env=cmd.env, cwd=workdir, capture_output=True, text=True, timeout=timeout,
                           check=False)
     assert proc.returncode == 0, f"build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

@@ -43,6 +43,15 @@ LAUNCH_MODULE = "cachekeeper.backends.tpu.launch"
 DEFER_ENV = "TORCH_TPU_DEFER_AND_FUSE"
 
 _OPS = "torch_tpu._internal.device._device_ops_backend"
+# Every env var this backend sets or reads that belongs to the runtime's vocabulary (each must exist in the
+# released package: tests/backends/test_tpu_real.py looks them up in its Python files and binaries).
+RUNTIME_ENV = (
+    "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT", TIER2_ENV, "TORCH_TPU_DEFER_AND_FUSE", "XLA_FLAGS",
+    "LIBTPU_INIT_ARGS", "TORCH_TPU_INTERNAL_XLA_OPTIONS", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+    probes.ACCELERATOR_ENV, probes.TOPOLOGY_ENV, "TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS",
+    "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID",
+    "WORLD_SIZE", "TORCH_TPU_SLICEBUILDER_ADDRESSES",
+)
 
 # option -> (env var the runtime reads, default); each is one fingerprint field.
 KNOBS: dict[str, tuple[str, str]] = {
@@ -98,6 +107,12 @@ class TPUBackend(DeviceBackend):
             out.append(f"chip unknown ({probes.ACCELERATOR_ENV} unset, no TPU on the PCI bus): "
                        "set backend_options.tpu.chip (v6e|v7x)")
         return out
+
+    def device_reason(self, options: Mapping[str, str]) -> str | None:
+        if probes.chip_count(options, self.env):
+            return None
+        return ("no TPU chip on this host: torch_tpu counts Google PCI devices (vendor 0x1ae0) with a /dev/vfio "
+                "group, and registers its 'tpu' device only when it finds one")
 
     def env_exports(self, dest: Path) -> dict[str, str]:
         if var := probes.tier2_disabled_by(self.env):

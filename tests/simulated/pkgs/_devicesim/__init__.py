@@ -159,12 +159,17 @@ def register_gloo_process_group(name: str) -> None:
     """A process-group backend called `name` that is really gloo (CPU tensors, torchrun rendezvous)."""
     import torch.distributed as dist
 
-    if name in dist.Backend.backend_list:
-        return
-
     def create(store: Any, rank: int, size: int, timeout: Any) -> Any:
         return dist.ProcessGroupGloo(store, rank, size, timeout)
 
+    register_process_group(name, create)
+
+
+def register_process_group(name: str, create: Callable[[Any, int, int, Any], Any]) -> None:
+    import torch.distributed as dist
+
+    if name in dist.Backend.backend_list:
+        return
     dist.Backend.register_backend(name, create, devices=["cpu"])
 
 

@@ -1,0 +1,1 @@
+"""SIMULATION of torch_tpu._internal: only the modules cachekeeper calls."""

@@ -1,0 +1,1 @@
+"""SIMULATION of torch_tpu._internal.device."""
