@@ -139,6 +139,13 @@ class ToolchainMismatch(CachekeeperError):
     exit_code = 6
 
 
+class DeviceCheckFailed(ToolchainMismatch):
+    """`doctor --device-check`: a fresh server on a hydrated dir compiled anyway (the runtime's key covers
+    something the toolchain fingerprint does not, or the runtime does not read the dir)."""
+
+    compiled: int = 0
+
+
 class BuildFailed(CachekeeperError):
     exit_code = 7
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..errors import BackendUnavailable, CachekeeperError
+from ..errors import BackendUnavailable, CachekeeperError, UsageError
 
 
 def _backend_names() -> list[str]:
@@ -67,6 +67,46 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
     return row
 
 
+def _serve_env(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        var, sep, value = item.partition("=")
+        if not sep or not var or any(c in var for c in " \t\n="):
+            raise UsageError(f"--serve-env: expected VAR=VALUE, got {item!r}")
+        out[var] = value
+    return out
+
+
+def _device_check(names: list[str], options_of: Any, config: Any, mode: str, model_dir: str | None,
+                  serve_env: tuple[str, ...], as_json: bool) -> None:
+    """`--device-check`: the round trip on this host's device, judged by the runtime's own counters."""
+    from pathlib import Path
+
+    from ..backends import get_backend, modes_for
+    from ..backends.device_check import run_device_check
+
+    if len(names) != 1:
+        raise UsageError("--device-check checks one backend: name it with --backend")
+    env = _serve_env(serve_env)
+    backend = get_backend(names[0])
+    if mode not in modes_for(backend.name):
+        raise UsageError(f"--mode: {backend.name} has no mode {mode!r} (one of {', '.join(modes_for(backend.name))})")
+    check = run_device_check(backend, options_of(config, backend.name), mode=mode,
+                             model=Path(model_dir) if model_dir else None, serve_env=env)
+    if as_json:
+        click.echo(json.dumps({"backend": check.backend, "mode": check.mode, "fingerprint": check.fingerprint,
+                               "prebuild": dict(check.prebuild), "served": dict(check.served),
+                               "counters_source": check.source, "published": check.published, "ok": check.ok},
+                              indent=1, sort_keys=True))
+    else:
+        for line in check.lines():
+            click.echo(line)
+    if (failure := check.failure()) is not None:
+        raise failure
+    if not as_json:
+        click.echo("  ok: the server compiled nothing; run this again after every toolchain upgrade")
+
+
 def _echo_text(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         status = "usable" if row["usable"] else f"not usable: {row['reason']}"
@@ -89,12 +129,25 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               help="config whose backend_options feed the fingerprints")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
-def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool) -> None:
+@click.option("--device-check", is_flag=True,
+              help="on the device: prebuild a tiny entry, hydrate it, serve it fresh; fail if the server compiles")
+@click.option("--mode", default="full", show_default=True, help="compile mode of the --device-check entry")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True),
+              help="--device-check: a diffusers FLUX transformer dir to use instead of the built-in tiny one")
+@click.option("--serve-env", multiple=True, metavar="VAR=VALUE",
+              help="--device-check: env the serving process adds, as your server has it (repeatable)")
+def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool, device_check: bool, mode: str,
+           model_dir: str | None, serve_env: tuple[str, ...]) -> None:
     """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
     from ..hydrate.request import backend_options, load_config
 
     names = list(backends) or _backend_names()
     config = load_config(config_path)   # once, not once per backend
+    if not device_check and (model_dir or serve_env):
+        raise UsageError("--model and --serve-env belong to --device-check")
+    if device_check:
+        _device_check(names if backends else [], backend_options, config, mode, model_dir, serve_env, as_json)
+        return
     rows = [check_backend(n, backend_options(config, n)) for n in names]
     if as_json:
         click.echo(json.dumps({"backends": rows}, indent=1, sort_keys=True))

@@ -54,6 +54,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.BackendUnavailable: Hint("run `cachekeeper doctor` to see which backends this host can use and why"),
     e.ToolchainMismatch: Hint("hydrate into a fresh directory (one toolchain per directory) or rebuild for "
                               "this toolchain"),
+    e.DeviceCheckFailed: Hint("compare `cachekeeper doctor` with the server's env (flags, chips, cache dir); "
+                              "until the check passes, treat this toolchain's artifacts as unverified"),
     e.BuildFailed: Hint("read the log tail above; `cachekeeper prebuild CONFIG --only KEY` retries one entry",
                         "read the log tail above; `cachekeeper prebuild CONFIG --only {key}` retries it"),
     e.NothingToHydrate: Hint("run `cachekeeper coverage CONFIG` to see what is built for this host, then prebuild "
