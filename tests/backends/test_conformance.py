@@ -95,12 +95,15 @@ class TestNeuronXla(BackendConformance):
     artifacts: ClassVar[dict[str, bytes]] = {
         f"{XLA}/MODULE_1+2/model.neff": b"neff", f"{XLA}/MODULE_1+2/model.done": b"",
         f"{XLA}/MODULE_1+2/compile_flags.json": b"{}",
+        # the extended compiler version optimum-neuron 0.4.5 describes: <version>+<commit>
+        f"{XLA}+2d4f85be/MODULE_5+6/model.neff": b"neff", f"{XLA}+2d4f85be/MODULE_5+6/model.done": b"",
     }
     debris: ClassVar[dict[str, bytes]] = {
         f"{XLA}/MODULE_1+2/model.neff.lock": b"", f"{XLA}/MODULE_1+2/.tmpab12": b"",
         f"{XLA}/MODULE_3+4/model.neff": b"no done marker: partial",
         "neuronxcc-2.21.0.0/MODULE_1+2/model.neff": b"another compiler",
         "neuronxcc-2.21.0.0/MODULE_1+2/model.done": b"",
+        f"{XLA}.1/MODULE_1+2/model.neff": b"a longer version", f"{XLA}.1/MODULE_1+2/model.done": b"",
     }
 
     @pytest.fixture

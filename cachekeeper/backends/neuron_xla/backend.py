@@ -1,6 +1,6 @@
 """The XLA-era torch-neuronx persistent cache (NEURON_COMPILE_CACHE_URL), which many teams still run.
 
-Layout: `<root>/neuronxcc-<compiler version>/MODULE_<hlo hash>+<flags hash>/` holding `model.neff`, the
+Layout: `<root>/neuronxcc-<compiler version>[+<commit>]/MODULE_<hlo hash>+<flags hash>/` holding `model.neff`, the
 `model.done` marker written last, and companions (`model.hlo_module.pb`, `compile_flags.json`, ...).
 A module dir without `model.done` is partial (a compile died or is running) and never travels. The
 compiler version is the dir name, so our fingerprint's `neuronx_cc` field must equal it: a dir of another
@@ -77,7 +77,7 @@ class NeuronXlaBackend(PackagedBackend):
         if root != CACHE_ROOT or len(parts) != 3 or not travels(parts[2]):
             return False
         version = probes.compiler_version()
-        if version is None or parts[0] != probes.version_dir(version) or not parts[1].startswith(MODULE_PREFIX):
+        if version is None or not probes.is_version_dir(parts[0], version) or not parts[1].startswith(MODULE_PREFIX):
             return False
         # Whether a module is complete can only be seen on disk: its `model.done` marker.
         return is_complete(path.parent)

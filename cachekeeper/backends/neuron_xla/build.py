@@ -21,7 +21,7 @@ from ..base import CACHE_ROOT, BuildJob
 from ..build_main import build_main
 from ..toolchain import require_versions
 from .backend import BUILD_MODULE, DISTS, DONE, INSTALL_HINT, MODULE_PREFIX, is_complete, travels
-from .probes import version_dir
+from .probes import is_version_dir
 
 
 @dataclass
@@ -38,22 +38,20 @@ def import_xla_cache(src: Path, dest: Path, compiler_version: str) -> ImportRepo
         raise BuildFailed(f"neuron_xla: {src} is not a directory",
                           "point the entry's path (or import_from) at a local NEURON_COMPILE_CACHE_URL dir")
     report = ImportReport()
-    wanted = version_dir(compiler_version)
-    report.other_versions = sorted(d.name for d in src.iterdir() if d.is_dir() and d.name.startswith("neuronxcc-")
-                                   and d.name != wanted)
-    base = src / wanted
-    modules = sorted(d for d in base.iterdir() if d.is_dir() and d.name.startswith(MODULE_PREFIX)) \
-        if base.is_dir() else []
-    for module in modules:
-        if not is_complete(module):
-            report.partial.append(f"{wanted}/{module.name}")
-            continue
-        names = sorted((f.name for f in module.iterdir() if f.is_file() and travels(f.name)),
-                       key=lambda n: n == DONE)  # the marker last
-        for name in names:
-            rel = f"{wanted}/{module.name}/{name}"
-            _copy_atomic(module / name, dest / rel)
-            report.copied.append(rel)
+    dirs = sorted(d for d in src.iterdir() if d.is_dir() and d.name.startswith("neuronxcc-"))
+    report.other_versions = [d.name for d in dirs if not is_version_dir(d.name, compiler_version)]
+    for base in (d for d in dirs if is_version_dir(d.name, compiler_version)):
+        for module in sorted(d for d in base.iterdir() if d.is_dir() and d.name.startswith(MODULE_PREFIX)):
+            wanted = base.name
+            if not is_complete(module):
+                report.partial.append(f"{wanted}/{module.name}")
+                continue
+            names = sorted((f.name for f in module.iterdir() if f.is_file() and travels(f.name)),
+                           key=lambda n: n == DONE)  # the marker last
+            for name in names:
+                rel = f"{wanted}/{module.name}/{name}"
+                _copy_atomic(module / name, dest / rel)
+                report.copied.append(rel)
     return report
 
 
