@@ -31,7 +31,7 @@ import inspect
 import logging
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,14 +117,17 @@ class ComponentForward(CompiledComponent):
         _watch(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.tree_changed or self._place() != self._placement:
-            self._recheck()
         if args:
             try:
                 kwargs = self._by_name(args, kwargs)
             except TypeError as exc:
                 return self._fall_back(f"positional arguments that do not bind by name ({exc})", args, kwargs)
         return super().__call__(**kwargs)
+
+    def _lookup(self, kwargs: Mapping[str, Any]) -> tuple[str, Callable[..., Any] | None]:
+        if self.tree_changed or self._place() != self._placement:   # the O(1) tripwires
+            self._recheck()
+        return super()._lookup(kwargs)
 
     def _by_name(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Positional arguments by parameter name (SDXL calls its UNet so): records match keywords."""

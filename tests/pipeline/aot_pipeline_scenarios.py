@@ -99,8 +99,8 @@ def main(model_dir: str, hydrated: str, other_diffusers: str) -> None:
     emit("fused", precompiled_calls=precompiled, max_abs_diff=float((got - want).abs().max()))
 
     # A LoRA loaded (the layer wrapped, as PEFT does), after compile_pipeline; then unloaded again.
+    inputs, taller = captured(pipe), captured(pipe, height=96)   # the class's forward names them
     served = compile_pipeline(pipe, hydrated)
-    inputs = captured(pipe)
     before = served.components["transformer"].precompiled_for(**inputs)
     attn = transformer.transformer_blocks[0].attn
     base = attn.to_q
@@ -110,8 +110,8 @@ def main(model_dir: str, hydrated: str, other_diffusers: str) -> None:
     unloaded = served.components["transformer"].precompiled_for(**inputs)
     emit("lora", before=before, loaded=loaded, unloaded=unloaded, fallbacks=served.stats()["fallbacks"])
 
-    taller = served.components["transformer"].precompiled_for(**captured(pipe, height=96))
-    emit("height", precompiled=taller, fallbacks=served.stats()["fallbacks"])
+    emit("height", precompiled=served.components["transformer"].precompiled_for(**taller),
+         fallbacks=served.stats()["fallbacks"])
     served.restore()
 
     # An entry hydrated for another diffusers: the prebuilt call falls back, a warm load of its graph.
@@ -128,15 +128,18 @@ def main(model_dir: str, hydrated: str, other_diffusers: str) -> None:
          fxgraph_cache_hit=after_fx["fxgraph_cache_hit"] - before_fx["fxgraph_cache_hit"],
          fxgraph_cache_miss=after_fx["fxgraph_cache_miss"] - before_fx["fxgraph_cache_miss"])
 
-    # CPU offload hooks (diffusers' group offloading, which needs no accelerator): left as configured.
+    # CPU offload hooks (diffusers' group offloading; running it needs accelerate, not installed here):
+    # compile_pipeline leaves the component as configured, hooks and all, and says so once.
     offloaded = load(model_dir)
     offloaded.transformer.enable_group_offload(onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
                                                offload_type="leaf_level")
+    hooked = {name: type(m.forward).__name__ for name, m in offloaded.transformer.named_modules()
+              if "forward" in m.__dict__}
     served = compile_pipeline(offloaded, hydrated)
-    out = images(offloaded)
-    emit("offload", installed=sorted(served.components), notes=served.notes, images=list(out.shape),
-         finite=bool(torch.isfinite(out).all()))
-
+    still = {name: type(m.forward).__name__ for name, m in offloaded.transformer.named_modules()
+             if "forward" in m.__dict__}
+    emit("offload", installed=sorted(served.components), notes=served.notes,
+         hooks_kept=bool(hooked) and still == hooked, top_forward_replaced="forward" in offloaded.transformer.__dict__)
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
