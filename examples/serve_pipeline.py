@@ -83,7 +83,10 @@ def main(argv: list[str] | None = None) -> None:
             kwargs["max_sequence_length"] = args.max_sequence_length
         if args.guidance_scale is not None:
             kwargs["guidance_scale"] = args.guidance_scale
-        return pipe(**kwargs).images
+        out = pipe(**kwargs).images
+        if args.device.startswith("cuda"):   # output_type "pt" stays on the device: wait for it
+            torch.cuda.synchronize()
+        return out
 
     t = time.perf_counter()
     images = call()
