@@ -213,6 +213,7 @@ class PipelineBench(Bench):
     calls it at another height, which the matrix lists in mode full only: the fallback's warm load."""
 
     def __init__(self, args: argparse.Namespace, work: Path, pipeline: str) -> None:
+        work.mkdir(parents=True, exist_ok=True)
         super().__init__(args, work)
         self.pipeline = pipeline
         self.model = work / "models" / pipeline
