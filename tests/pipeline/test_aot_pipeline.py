@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from cachekeeper.backends.inductor import aot
+from tests.backends import test_inductor_aot as aot_test
+from tests.backends.test_inductor_aot import warnings
 from tests.test_inductor_loop import run
 
 pytestmark = pytest.mark.torch
@@ -32,29 +34,17 @@ FAMILIES = {"tiny-flux2-klein": "Flux2KleinPipeline", "tiny-flux1": "FluxPipelin
 STEPS = 3
 
 
-def warnings(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("cachekeeper: warning:")]
-
-
 @dataclass(frozen=True)
-class Instance:
-    tmp: Path
-    config: Path
-    dest: Path              # the hydrated TORCHINDUCTOR_CACHE_DIR
-    env: dict[str, str]     # the server's env (its own TMPDIR with the restored header)
+class Instance(aot_test.Instance):
+    """The hydrated instance of tests/backends/test_inductor_aot.py; `model` is the folder of pipelines."""
 
-    def model(self, name: str) -> Path:
-        return self.tmp / "models" / name
+    def pipeline(self, name: str) -> Path:
+        return self.model / name
 
     def record(self, name: str) -> Path:
         (one,) = [d for d in (self.dest / aot.AOT_DIR).iterdir()
                   if aot.AotMeta.from_json((d / aot.META_FILE).read_bytes()).label.startswith(f"{name}/")]
         return one
-
-    def copy(self, name: str) -> Path:
-        dest = self.tmp / "copies" / name
-        shutil.copytree(self.dest, dest, ignore=shutil.ignore_patterns("locks", ".cachekeeper"))
-        return dest
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +62,7 @@ def instance(pipelines: Path, tmp_path_factory: pytest.TempPathFactory) -> Insta
     dest = tmp / "instance" / "ck"
     run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest)], boot,
         tmp / "instance")
-    return Instance(tmp, config, dest, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)})
+    return Instance(tmp, tmp / "models", dest, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)})
 
 
 # --- the promise: compile_pipeline serves every step from the precompiled function, as eager computes --
@@ -81,7 +71,7 @@ def instance(pipelines: Path, tmp_path_factory: pytest.TempPathFactory) -> Insta
 @pytest.mark.parametrize("model", sorted(FAMILIES))
 def test_a_server_calling_compile_pipeline_runs_every_step_precompiled_and_matches_eager(
         instance: Instance, model: str) -> None:
-    served = run([sys.executable, str(REPO / "examples" / "serve_pipeline.py"), str(instance.model(model)),
+    served = run([sys.executable, str(REPO / "examples" / "serve_pipeline.py"), str(instance.pipeline(model)),
                   "--mode", "aot", "--compare-eager", "--height", "64", "--width", "64", "--max-sequence-length",
                   "16", "--guidance-scale", "1.0", "--prompt", "any other prompt than the warm-up's",
                   "--steps", str(STEPS), "--seed", "7"], instance.env, instance.tmp / "instance")
@@ -121,7 +111,7 @@ def scenarios(instance: Instance) -> tuple[dict[str, dict[str, Any]], list[str]]
     meta_file.write_text(json.dumps(meta))
     scratch = instance.copy("scratch")          # the fallback compile reads and writes this one
     script = Path(__file__).with_name("aot_pipeline_scenarios.py")
-    proc = run([sys.executable, str(script), str(instance.model(model)), str(instance.dest), str(other)],
+    proc = run([sys.executable, str(script), str(instance.pipeline(model)), str(instance.dest), str(other)],
                {**instance.env, "TORCHINDUCTOR_CACHE_DIR": str(scratch)}, instance.tmp)
     results = {r["scenario"]: r for r in map(json.loads, proc.stdout.strip().splitlines())}
     return results, warnings(proc.stderr)
