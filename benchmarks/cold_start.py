@@ -6,9 +6,11 @@
   mega      PyTorch Mega-Cache: torch.compiler.load_cache_artifacts(blob) into an empty dir, then compile
   warm      the cache dir a cold run filled, in place (the best a long-lived host gets)
 
-With --pipeline MODEL it measures what a pipeline server sees instead (examples/serve_pipeline.py: load the
-pipeline, `pipe.transformer.compile(fullgraph=True, dynamic=False)`, first `pipe(...)` call, with a prompt,
-step count and seed other than the prebuild's): `cold` against `hydrate` of a `warmup: pipeline` entry.
+With --pipeline MODEL[,MODEL] it measures what a pipeline server sees instead (examples/serve_pipeline.py:
+load the pipeline, `pipe.transformer.compile(fullgraph=True, dynamic=False)` or, for aot,
+`cachekeeper.runtime.compile_pipeline(pipe)`, first `pipe(...)` call with a prompt, step count and seed
+other than the prebuild's), for `warmup: pipeline` entries: cold, warm (in place), hydrate, aot, and
+aot_miss (aot at another height, which the matrix has in mode full: the fallback is a warm load).
 
 Each run is a new process (examples/serve.py); rounds interleave the scenarios so background load hits
 all of them alike. Prints medians, ratios to cold and a breakdown (hydrate wall time, Dynamo tracing,
@@ -16,7 +18,7 @@ backend time = cache load on a hit). Not a test: it takes minutes on a CPU.
 
     python benchmarks/cold_start.py                       # tiny Flux transformer, CPU, 3 repeats
     python benchmarks/cold_start.py --device cuda --repeats 5 --json results.json
-    python benchmarks/cold_start.py --pipeline tiny-flux2-klein      # or tiny-flux1: whole-pipeline first call
+    python benchmarks/cold_start.py --pipeline tiny-flux2-klein,tiny-flux1   # whole-pipeline first call
     python examples/make_tiny_model.py --out /tmp/m --only tiny-unet &&
       python benchmarks/cold_start.py --model /tmp/m/tiny-unet --component unet --inputs unet
 """
@@ -55,8 +57,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--work", type=Path, help="work dir, kept (default: a temp dir, removed at the end)")
     ap.add_argument("--json", type=Path, help="also write every run and the summary here")
-    ap.add_argument("--pipeline", metavar="MODEL", help="the pipeline scenario for a tiny pipeline "
-                    "(tiny-flux2-klein, tiny-flux1): first pipe(...) call, cold vs hydrated")
+    ap.add_argument("--pipeline", metavar="MODEL[,MODEL]", help="the pipeline scenarios for tiny pipelines "
+                    "(tiny-flux2-klein, tiny-flux1, comma-separated): first pipe(...) call, cold, warm, hydrated, "
+                    "hydrated aot (compile_pipeline) and its fallback at another height")
     return ap.parse_args(argv)
 
 
@@ -198,71 +201,145 @@ def report(summary: Mapping[str, Mapping[str, float]], repeats: int, device: str
 # --- the pipeline scenario ---------------------------------------------------------------------------
 
 SERVE_PIPELINE = REPO / "examples" / "serve_pipeline.py"
-PIPELINE_SCENARIOS = ("cold", "hydrate")
+PIPELINE_SCENARIOS = ("cold", "warm", "hydrate", "aot", "aot_miss")
 PIPELINE_TEXT_LEN = 16   # the tiny pipelines' prompt padding, at prebuild and in the server alike
+MISS_EXTRA = 32          # aot_miss calls at height + 32: a shape the aot entry was not built for
+PIPELINE_PARTS = ("import_s", "load_s", "setup_s", "first_call_s", "process_s", "hydrate_s")
 
 
 class PipelineBench(Bench):
     """A whole-pipeline server: the prebuild warms the pipeline (`warmup: pipeline`), the server calls it with
-    another prompt, step count and seed."""
+    another prompt, step count and seed. `aot` serves `compile_pipeline(pipe)` from an aot entry; `aot_miss`
+    calls it at another height, which the matrix lists in mode full only: the fallback's warm load."""
+
+    def __init__(self, args: argparse.Namespace, work: Path, pipeline: str) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        super().__init__(args, work)
+        self.pipeline = pipeline
+        self.model = work / "models" / pipeline
+        self.miss_config = work / "bench-aot-miss.yaml"
+
+    def matrix(self, mode: str, height: int) -> dict[str, Any]:
+        a = self.args
+        return {"name": f"bench-{mode}-{height}", "path": str(self.model), "warmup": "pipeline",
+                "max_sequence_length": PIPELINE_TEXT_LEN, "modes": [mode],
+                "shapes": {"height": [height], "width": [a.width], "batch": [a.batch]}}
+
+    def write_config(self, path: Path, models: list[dict[str, Any]]) -> None:
+        a = self.args
+        path.write_text(json.dumps({"version": 1, "defaults": {"backends": ["inductor"], "dtypes": [a.dtype]},
+                                    "backend_options": {"inductor": {"device": a.device}}, "models": models},
+                                   indent=1))
 
     def setup(self) -> None:
         a = self.args
-        self.model = self.work / "models" / a.pipeline
         run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(self.work / "models"),
-             "--only", a.pipeline], os.environ, self.work)
-        self.config.write_text(json.dumps({
-            "version": 1,
-            "defaults": {"backends": ["inductor"], "modes": ["full"], "dtypes": [a.dtype],
-                         "shapes": {"height": [a.height], "width": [a.width], "batch": [a.batch]}},
-            "backend_options": {"inductor": {"device": a.device}},
-            "models": [{"name": "bench", "path": str(self.model), "warmup": "pipeline",
-                        "max_sequence_length": PIPELINE_TEXT_LEN}],
-        }, indent=1))
-        _, secs = run(["cachekeeper", "prebuild", str(self.config), "--store", self.store, "--no-catalog"],
-                      os.environ, self.work)
-        print(f"prebuild (pipeline): {secs:.1f} s", flush=True)
+             "--only", self.pipeline], os.environ, self.work)
+        self.write_config(self.config, [self.matrix("full", a.height)])
+        self.write_config(self.aot_config, [self.matrix("aot", a.height)])
+        self.write_config(self.miss_config, [self.matrix("aot", a.height),
+                                             self.matrix("full", a.height + MISS_EXTRA)])
+        for config in (self.config, self.miss_config):   # the second builds the aot entry and the miss's
+            _, secs = run(["cachekeeper", "prebuild", str(config), "--store", self.store, "--no-catalog"],
+                          os.environ, self.work)
+            print(f"{self.pipeline}: prebuild {config.name}: {secs:.1f} s", flush=True)
 
-    def serve(self, cache: Path, tmp: Path, *extra: str) -> dict[str, Any]:
+    def serve(self, cache: Path, tmp: Path, *extra: str, height: int | None = None) -> dict[str, Any]:
         a = self.args
-        argv = [sys.executable, str(SERVE_PIPELINE), str(self.model), "--height", str(a.height), "--width",
-                str(a.width), "--images", str(a.batch), "--dtype", a.dtype, "--device", a.device,
+        argv = [sys.executable, str(SERVE_PIPELINE), str(self.model), "--height", str(height or a.height),
+                "--width", str(a.width), "--images", str(a.batch), "--dtype", a.dtype, "--device", a.device,
                 "--max-sequence-length", str(PIPELINE_TEXT_LEN), "--guidance-scale", "1.0",
                 "--prompt", f"benchmark prompt {self.n}", "--steps", "3", "--seed", str(self.n), *extra]
         out, _ = run(argv, self.env(cache, tmp), self.work)
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 
+    def hydrated(self, label: str, config: Path) -> tuple[Path, Path, float]:
+        cache, tmp = self.fresh(label)
+        _, secs = run(["cachekeeper", "hydrate", "--config", str(config), "--dest", str(cache),
+                       "--store", self.store], self.env(cache, tmp), self.work)
+        return cache, tmp, secs
+
     def cold(self) -> dict[str, Any]:
-        return self.serve(*self.fresh("cold"))
+        cache, tmp = self.fresh("cold")
+        result = self.serve(cache, tmp)
+        self.warm_dir = self.warm_dir or (cache, tmp)
+        return result
+
+    def aot(self) -> dict[str, Any]:
+        cache, tmp, secs = self.hydrated("aot", self.aot_config)
+        result = self.serve(cache, tmp, "--mode", "aot")
+        if result.get("fallback_calls") or not result.get("precompiled_calls"):
+            sys.exit(f"cold_start: the aot run did not run precompiled: {result.get('fallbacks')}")
+        return {**result, "hydrate_s": round(secs, 3)}
+
+    def aot_miss(self) -> dict[str, Any]:
+        cache, tmp, secs = self.hydrated("aot-miss", self.miss_config)
+        result = self.serve(cache, tmp, "--mode", "aot", height=self.args.height + MISS_EXTRA)
+        if result.get("precompiled_calls") or not result.get("fallback_calls"):
+            sys.exit(f"cold_start: the aot_miss run did not fall back: {result}")
+        return {**result, "hydrate_s": round(secs, 3)}
 
 
 def measure_pipeline(bench: PipelineBench, repeats: int) -> dict[str, list[dict[str, Any]]]:
     bench.setup()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PIPELINE_SCENARIOS}
     for i in range(repeats):
-        for name in PIPELINE_SCENARIOS:
+        for name in PIPELINE_SCENARIOS:   # cold first: it fills the warm dir
             result = getattr(bench, name)()
             runs[name].append(result)
-            print(f"round {i + 1} {name:<8} first pipe() {result['first_call_s']:7.2f}s "
-                  f"(fx hit {result['fxgraph_cache_hit']}, miss {result['fxgraph_cache_miss']})", flush=True)
+            print(f"{bench.pipeline} round {i + 1} {name:<8} first pipe() {result['first_call_s']:7.2f}s "
+                  f"process {result['process_s']:6.2f}s (fx hit {result['fxgraph_cache_hit']}, "
+                  f"miss {result['fxgraph_cache_miss']}, precompiled {result.get('precompiled_calls', '-')}, "
+                  f"fallback {result.get('fallback_calls', '-')})", flush=True)
     return runs
 
 
-def report_pipeline(runs: Mapping[str, list[dict[str, Any]]], model: str, device: str) -> str:
-    med = {name: {c: statistics.median(r.get(c, 0.0) for r in rs) for c in ("first_call_s", "process_s",
-                                                                             "hydrate_s")}
-           for name, rs in runs.items()}
-    cold, hyd = med["cold"], med["hydrate"]
-    misses = max(r["fxgraph_cache_miss"] for r in runs["hydrate"])
-    return "\n".join([
-        f"{model} first pipe(...) call, medians of {len(runs['cold'])} new processes ({device}):",
-        f"cold     {cold['first_call_s']:7.2f}s (process {cold['process_s']:.1f}s)",
-        f"hydrate  {hyd['first_call_s']:7.2f}s (process {hyd['process_s']:.1f}s, hydrate {hyd['hydrate_s']:.2f}s, "
-        f"fx misses {misses})",
-        f"hydrated first call {cold['first_call_s'] / hyd['first_call_s']:.1f}x faster than cold; "
-        f"hydrate + first call {hyd['hydrate_s'] + hyd['first_call_s']:.1f}s vs cold {cold['first_call_s']:.1f}s",
-    ])
+def summarize_pipeline(runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for name, rs in runs.items():
+        out[name] = {c: statistics.median(float(r.get(c, 0.0)) for r in rs) for c in PIPELINE_PARTS}
+        out[name]["misses"] = max(r["fxgraph_cache_miss"] for r in rs)
+        out[name]["hits"] = min(r["fxgraph_cache_hit"] for r in rs)
+    return out
+
+
+def report_pipeline(summary: Mapping[str, Mapping[str, float]], model: str, repeats: int, device: str) -> str:
+    cold, warm = summary["cold"]["first_call_s"], summary["warm"]["first_call_s"]
+    lines = [f"{model} first pipe(...) call, medians of {repeats} new processes ({device}):",
+             f"{'scenario':<9} {'first call':>10} {'vs cold':>8} {'vs warm':>8} {'hydrate':>8} {'import':>7} "
+             f"{'load':>6} {'setup':>6} {'process':>8} {'fx hit/miss':>11}"]
+    for name in PIPELINE_SCENARIOS:
+        s = summary[name]
+        lines.append(f"{name:<9} {s['first_call_s']:>9.2f}s {cold / s['first_call_s']:>7.1f}x "
+                     f"{s['first_call_s'] / warm:>7.2f}x {s['hydrate_s']:>7.2f}s {s['import_s']:>6.2f}s "
+                     f"{s['load_s']:>5.2f}s {s['setup_s']:>5.2f}s {s['process_s']:>7.2f}s "
+                     f"{int(s['hits']):>5}/{int(s['misses'])}")
+    a, m = summary["aot"], summary["aot_miss"]
+    lines.append(f"aot first call 1/{cold / a['first_call_s']:.1f} of cold (target >= 1/10), "
+                 f"{a['first_call_s'] / warm:.2f}x warm (target <= 0.6x); with its hydrate "
+                 f"{a['hydrate_s'] + a['first_call_s']:.2f}s = {(a['hydrate_s'] + a['first_call_s']) / warm:.2f}x warm")
+    lines.append(f"aot_miss (height +{MISS_EXTRA}, fallback) {m['first_call_s'] / warm:.2f}x warm (target <= 1.5x), "
+                 f"fx misses {int(m['misses'])}")
+    rest = a["process_s"] - a["first_call_s"]
+    lines.append(f"aot whole process {a['process_s']:.2f}s: imports {a['import_s']:.2f}s, weights "
+                 f"{a['load_s']:.2f}s, compile_pipeline {a['setup_s']:.2f}s, first call {a['first_call_s']:.2f}s, "
+                 f"other {rest - a['import_s'] - a['load_s'] - a['setup_s']:.2f}s")
+    return "\n".join(lines)
+
+
+def run_pipelines(args: argparse.Namespace, work: Path) -> None:
+    names = [n for n in args.pipeline.split(",") if n]
+    results: dict[str, Any] = {}
+    reports = []
+    for name in names:
+        runs = measure_pipeline(PipelineBench(args, work / name, name), args.repeats)
+        summary = summarize_pipeline(runs)
+        results[name] = {"runs": runs, "summary": summary}
+        reports.append(report_pipeline(summary, name, args.repeats, args.device))
+    print("\n\n".join(reports))
+    if args.json:
+        args.json.write_text(json.dumps({"pipelines": results, "args": vars(args)}, default=str, indent=1))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -272,13 +349,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"work dir: {work}", flush=True)
     if args.pipeline:
         try:
-            pipeline_runs = measure_pipeline(PipelineBench(args, work), args.repeats)
+            run_pipelines(args, work)
         finally:
             if args.work is None:
                 shutil.rmtree(work, ignore_errors=True)
-        print(report_pipeline(pipeline_runs, args.pipeline, args.device))
-        if args.json:
-            args.json.write_text(json.dumps({"runs": pipeline_runs, "args": vars(args)}, default=str, indent=1))
         return
     try:
         runs = measure(Bench(args, work), args.repeats)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import inspect
 import logging
 import os
@@ -99,6 +98,10 @@ def describe(spec: Mapping[str, Any]) -> str:
             parts.append(f"{name}={'x'.join(map(str, s['tensor'])) or 'scalar'}:{s['dtype']}@{s['device']}")
         elif "constant" in s:
             parts.append(f"{name}={s['constant']!r}")
+        elif "dict" in s:
+            parts.append(f"{name}={{{describe(s['dict'])}}}")
+        elif "sequence" in s:
+            parts.append(f"{name}=[{describe({str(i): v for i, v in enumerate(s['sequence'])})}]")
         else:
             parts.append(f"{name}=<{s.get('unsupported', '?')}>")
     return " ".join(parts)
@@ -162,12 +165,14 @@ def source_problem(sources: Sequence[Mapping[str, Any]]) -> str:
 
 
 def version_problem(meta: aot.AotMeta) -> str:
-    built = meta.versions.get("diffusers", "none")
-    try:
-        here = importlib.metadata.version("diffusers")
-    except importlib.metadata.PackageNotFoundError:
-        here = "none"
-    return "" if built == here else f"built with diffusers {built}, this process has {here}"
+    """diffusers (always recorded) and transformers (recorded for pipeline warm-ups) as at prebuild."""
+    for dist in ("diffusers", "transformers"):
+        if dist != "diffusers" and dist not in meta.versions:
+            continue
+        built, here = meta.versions.get(dist, "none"), aot.installed_version(dist)
+        if built != here:
+            return f"built with {dist} {built}, this process has {here}"
+    return ""
 
 
 def files_problem(cache_dir: Path, files: Mapping[str, int]) -> str:
@@ -271,7 +276,7 @@ class CompiledComponent:
         from .backends.inductor import InductorBackend
         from .errors import CachekeeperError
 
-        if aot.config_digest(self.model) != meta.config_sha256:
+        if aot.record_config_digest(self.model, meta) != meta.config_sha256:
             return "the model's config differs from the prebuilt one"
         if problem := self._parameter_problem(meta):
             return problem
@@ -312,11 +317,14 @@ class CompiledComponent:
         if reason:
             self._warn(reason)
         if self._fallback is None:
-            from .backends.inductor.build import compile_model
-
-            self._fallback = compile_model(self.model, "full", self.options)
+            self._fallback = self._compile_fallback()
         self.stats.fallback_calls += 1
         return self._fallback(*args, **kwargs)
+
+    def _compile_fallback(self) -> Any:
+        from .backends.inductor.build import compile_model
+
+        return compile_model(self.model, "full", self.options)
 
     def _warn(self, reason: str) -> None:
         if reason in self.stats.fallbacks:  # one line per reason, not one per call
@@ -332,3 +340,9 @@ def compile_component(model: Any, cache_dir: str | os.PathLike[str] | None = Non
     e.g. {"mode": "max-autotune"}; a matching record's own options win)."""
     raw = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV)
     return CompiledComponent(model, Path(raw) if raw else None, options)
+
+
+# The whole-pipeline helper lives in its own module; it builds on the names above.
+from .runtime_pipeline import CompiledPipeline, compile_pipeline  # noqa: E402
+
+__all__ = ["CompiledComponent", "CompiledPipeline", "compile_component", "compile_pipeline"]

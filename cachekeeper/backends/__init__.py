@@ -25,14 +25,15 @@ MODES: dict[str, tuple[str, ...]] = {
 }
 
 
-def mode_key_options(mode: str) -> dict[str, str]:
+def mode_key_options(mode: str, *, pipeline: bool = False) -> dict[str, str]:
     """Entry-key options a compile mode adds (light: no backend runtime imported). Inductor's `aot`
-    functions embed the model's bytecode, so the installed diffusers build is part of what they are for."""
+    functions embed the model's bytecode, so the installed diffusers build is part of what they are for;
+    one captured from a pipeline call (`pipeline`) also depends on transformers (the text encoders)."""
     if mode != "aot":
         return {}
     from .inductor.aot import key_options
 
-    return dict(key_options())
+    return dict(key_options(pipeline=pipeline))
 
 
 def registry() -> dict[str, str]:

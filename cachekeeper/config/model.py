@@ -62,11 +62,12 @@ class ModelMatrix:
         """The entry's graph-changing options, which go into its key (sorted, as EntrySpec wants).
         Not the config's `backend_options`: those go into the toolchain fingerprint."""
         m = self.model
-        out = warmup_options(self.warmup_for(mode), guidance=self.guidance,
+        warmup = self.warmup_for(mode)
+        out = warmup_options(warmup, guidance=self.guidance,
                              max_sequence_length=m.max_sequence_length, offload=m.offload)
         if m.tensor_parallel > 1:
             out["tp"] = str(m.tensor_parallel)
-        out.update(mode_key_options(mode))
+        out.update(mode_key_options(mode, pipeline=warmup == "pipeline"))
         return tuple(sorted(out.items()))
 
     def entries(self) -> list[MatrixEntry]:

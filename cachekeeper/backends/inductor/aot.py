@@ -44,7 +44,10 @@ MODE = "aot"
 AOT_DIR = "ck-aot"
 FUNCTION_FILE = "function.bin"
 META_FILE = "meta.json"
-AOT_FORMAT = 1
+AOT_FORMAT = 2
+# Format 1 records (component warm-ups of an earlier release) lack component, structure and warmup: they
+# read with the defaults below. A reader of format 1 refuses a format 2 record by its version, one line.
+READABLE_FORMATS = (1, 2)
 EXTERNAL_FORWARD = "forward"   # external_data key of the model class's (unwrapped) forward
 CONSTANT_TYPES = (type(None), bool, int, float, str)
 
@@ -52,22 +55,33 @@ CONSTANT_TYPES = (type(None), bool, int, float, str)
 # bytecode: a diffusers upgrade must select another entry, and a prebuild must build it.
 KEY_DIFFUSERS = "aot_diffusers"
 KEY_SOURCE = "aot_diffusers_src"
+KEY_TRANSFORMERS = "aot_transformers"   # pipeline warm-ups: the text encoders make the captured call
+PIPELINE_WARMUP = "pipeline"
 
 
-def key_options() -> tuple[tuple[str, str], ...]:
+def key_options(*, pipeline: bool = False) -> tuple[tuple[str, str], ...]:
     """The installed diffusers version and a digest of its RECORD (the sha256 of every installed file,
     read from one small metadata file: ~2 ms, where hashing the 1,100 source files takes ~0.2 s). A
     same-version reinstall from another commit changes the digest. What the RECORD cannot see (an
     editable install, a patched file, the model's own code) the serving helper checks against the
     source checksums in meta.json before it calls the function."""
+    extra = ((KEY_TRANSFORMERS, installed_version("transformers")),) if pipeline else ()
     try:
         dist = importlib.metadata.distribution("diffusers")
     except importlib.metadata.PackageNotFoundError:
-        return ((KEY_DIFFUSERS, "none"), (KEY_SOURCE, "none"))
+        return ((KEY_DIFFUSERS, "none"), (KEY_SOURCE, "none"), *extra)
     record = dist.read_text("RECORD") or ""
     lines = sorted(line for line in record.splitlines() if line.split(",", 1)[0].endswith(".py"))
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16] if lines else "none"
-    return ((KEY_DIFFUSERS, dist.version), (KEY_SOURCE, digest))
+    return ((KEY_DIFFUSERS, dist.version), (KEY_SOURCE, digest), *extra)
+
+
+def installed_version(dist: str) -> str:
+    """A distribution's installed version, "none" when it is absent (metadata only, no import)."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def entry_dir(cache_root: Path, entry_key: str) -> Path:
@@ -91,7 +105,10 @@ class AotMeta:
     inputs: Mapping[str, Any]                    # argument name -> tensor spec or constant (see arg_spec)
     sources: tuple[Mapping[str, Any], ...]       # torch SourceInfo: module, firstlineno, lastlineno, checksum
     files: Mapping[str, int]                     # cache-root-relative kernel files -> size
-    versions: Mapping[str, str]                  # torch, diffusers
+    versions: Mapping[str, str]                  # torch, diffusers (and transformers for a pipeline warm-up)
+    component: str = ""                          # the pipeline attribute ("transformer"); "" in format 1
+    structure_sha256: str = ""                   # structure_digest of the component; "" in format 1
+    warmup: str = "component"                    # "pipeline": inputs captured from a real pipeline call
 
     def to_json(self) -> bytes:
         d = {k: v for k, v in self.__dict__.items()}
@@ -102,9 +119,10 @@ class AotMeta:
     def from_json(cls, data: bytes) -> AotMeta:
         """Raises ValueError on anything but a record of this format version."""
         d = json.loads(data)
-        if not isinstance(d, dict) or d.get("v") != AOT_FORMAT:
+        if not isinstance(d, dict) or d.get("v") not in READABLE_FORMATS:
             found = d.get("v") if isinstance(d, dict) else None
-            raise ValueError(f"precompiled-function record format {found!r}, this cachekeeper reads {AOT_FORMAT}")
+            raise ValueError(f"precompiled-function record format {found!r}, this cachekeeper reads "
+                             f"{', '.join(map(str, READABLE_FORMATS))}")
         d.pop("v")
         try:
             return cls(**{**d, "sources": tuple(d["sources"])})
@@ -117,6 +135,19 @@ def compile_kwargs(options: Mapping[str, str]) -> dict[str, Any]:
     return {"fullgraph": True, "dynamic": False, **({"mode": options["mode"]} if options.get("mode") else {})}
 
 
+def fallback_function(model: Any, options: Mapping[str, str]) -> Any:
+    """`torch.compile` of the class's forward bound to the model: the fallback of a pipeline component,
+    whose own `forward` attribute is the serving dispatcher (compiling the module would trace into it).
+    Its graph is the one `model.compile(fullgraph=True, dynamic=False)` traces (measured: each hits the
+    other's FX-graph and AOT-autograd entries), so a `full` entry's cache serves it too. The prebuild of
+    a pipeline `aot` entry runs it once, leaving those entries for this very call."""
+    import types
+
+    import torch
+
+    return torch.compile(types.MethodType(type(model).forward, model), **compile_kwargs(options))
+
+
 # --- light helpers both sides use -------------------------------------------------------------------
 
 
@@ -124,11 +155,35 @@ def qualname(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def config_digest(model: Any) -> str:
-    """The component's config (diffusers' FrozenDict), canonical; values JSON cannot hold become repr."""
+def config_digest(model: Any, *, private: bool = False) -> str:
+    """The component's config (diffusers' FrozenDict), canonical; values JSON cannot hold become repr.
+    diffusers' private keys (`_name_or_path`: where it was loaded from, `_diffusers_version`: of the
+    saving release) do not shape the graph and differ between a build host and a server: left out,
+    except for format 1 records (`private`), whose digest held them."""
     config = getattr(model, "config", None)
     items = dict(config) if isinstance(config, Mapping) else {}
+    if not private:
+        items = {k: v for k, v in items.items() if not str(k).startswith("_")}
     return canonical.digest(json.loads(json.dumps(items, sort_keys=True, default=repr)))
+
+
+def record_config_digest(model: Any, meta: AotMeta) -> str:
+    """The model's config digest as the record's format computed it (format 1 records have no structure)."""
+    return config_digest(model, private=not meta.structure_sha256)
+
+
+def structure_digest(model: Any) -> str:
+    """What the traced graph assumes about the module tree: every submodule's path and class, every
+    parameter's and buffer's path, shape and dtype. A LoRA loaded into the model (PEFT wraps each target
+    layer) or a replaced layer changes it; new weight values of the same shapes (a LoRA fused and
+    unloaded) do not, and need not: the function reads the parameters from the module on each call."""
+    h = hashlib.sha256()
+    for name, module in model.named_modules():
+        h.update(f"m {name} {qualname(type(module))}\n".encode())
+    for kind, tensors in (("p", model.named_parameters()), ("b", model.named_buffers())):
+        for name, t in tensors:
+            h.update(f"{kind} {name} {tuple(t.shape)} {t.dtype}\n".encode())
+    return h.hexdigest()
 
 
 def unwrapped_forward(model: Any) -> Any:
@@ -148,7 +203,21 @@ def arg_spec(value: Any) -> dict[str, Any]:
                 "requires_grad": value.requires_grad}
     if isinstance(value, CONSTANT_TYPES):
         return {"constant": value, "type": type(value).__name__}
+    # FluxPipeline passes joint_attention_kwargs={} (a dict the forward reads): matched item by item.
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: arg_spec(v) for k, v in sorted(value.items())}}
+    if isinstance(value, (list, tuple)):
+        return {"sequence": [arg_spec(v) for v in value], "type": type(value).__name__}
     return {"unsupported": type(value).__name__}
+
+
+def unsupported(spec: Mapping[str, Any]) -> bool:
+    """Whether an argument's spec holds a value aot mode cannot match (at any depth)."""
+    if "unsupported" in spec:
+        return True
+    if "dict" in spec:
+        return any(unsupported(s) for s in spec["dict"].values())
+    return any(unsupported(s) for s in spec.get("sequence", ()))
 
 
 def call_spec(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +228,7 @@ def call_spec(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_inputs(spec: Mapping[str, Any], label: str) -> None:
-    bad = sorted(name for name, s in spec.items() if "unsupported" in s)
+    bad = sorted(name for name, s in spec.items() if unsupported(s))
     if bad:
         raise BuildFailed(f"{label}: aot mode takes tensor and constant arguments only; "
                           f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not",
@@ -209,13 +278,15 @@ def kernel_files(cache_root: Path) -> dict[str, int]:
     return out
 
 
-def save(job: BuildJob, model: Any, inputs: Mapping[str, Any], compiled: Any) -> Path:
+def save(job: BuildJob, model: Any, inputs: Mapping[str, Any], compiled: Any, component: str = "") -> Path:
     """Write function.bin, then meta.json (the record last: a dir without it is never used)."""
     import torch
 
     from . import InductorBackend
 
     spec = call_spec(inputs)
+    options = dict(job.spec.options)
+    options.setdefault(KEY_DIFFUSERS, "none")
     cache_root = Path(job.roots[CACHE_ROOT])
     out = entry_dir(cache_root, job.spec.key)
     fn = unwrapped_forward(model)
@@ -229,15 +300,22 @@ def save(job: BuildJob, model: Any, inputs: Mapping[str, Any], compiled: Any) ->
         fingerprint=InductorBackend().fingerprint(job.options).to_dict(),
         options=dict(job.options), model_class=qualname(type(model)), config_sha256=config_digest(model),
         forward=qualname(fn), inputs=spec, sources=source_records(compiled), files=kernel_files(cache_root),
-        versions={"torch": torch.__version__, "diffusers": dict(job.spec.options).get(KEY_DIFFUSERS, "none")},
+        versions={"torch": torch.__version__, **{dist: options[key] for dist, key in (
+            ("diffusers", KEY_DIFFUSERS), ("transformers", KEY_TRANSFORMERS)) if key in options}},
+        component=component, structure_sha256=structure_digest(model),
+        warmup=PIPELINE_WARMUP if options.get("warmup") == PIPELINE_WARMUP else "component",
     )
     atomic_write_bytes(out / META_FILE, meta.to_json())
     return out
 
 
-def prebuild(job: BuildJob, model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
+def prebuild(job: BuildJob, model: Any, inputs: Mapping[str, Any], *, component: str = "",
+             warm_fallback: bool = False) -> dict[str, Any]:
     """Precompile, save, then call the function once against eager (a function that disagrees with its
-    own model is a build failure, not an artifact). Returns timings and the max abs difference."""
+    own model is a build failure, not an artifact). With `warm_fallback` (a pipeline entry) the serving
+    fallback (`fallback_function`) also runs once on the same call, checked the same way, so the entry's
+    cache root holds its FX-graph and AOT-autograd entries: a fallback at serve time is a warm load.
+    Returns timings and the max abs differences."""
     import time
 
     import torch
@@ -250,14 +328,32 @@ def prebuild(job: BuildJob, model: Any, inputs: Mapping[str, Any]) -> dict[str, 
     with torch.no_grad():
         got = compiled(model, **inputs)
         want = model(**inputs)
+    diff = check_matches(got, want, job.spec.dtype, f"{label}: the precompiled function")
+    result: dict[str, Any] = {"aot_compile_s": round(compile_s, 3), "aot_max_abs_diff": diff}
+    if warm_fallback:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            fallback = fallback_function(model, job.options)(**inputs)
+        result["fallback_compile_s"] = round(time.perf_counter() - t0, 3)
+        result["fallback_max_abs_diff"] = check_matches(fallback, want, job.spec.dtype,
+                                                        f"{label}: the fallback compile")
+    out = save(job, model, inputs, compiled, component)
+    return {**result, "aot_dir": str(out)}
+
+
+def tolerance(want: Any, dtype: str) -> float:
+    """Relative to the output's scale; half precision rounds differently in fused kernels."""
+    return (1e-3 if dtype == "float32" else 5e-2) * max(1.0, max_abs(want))
+
+
+def check_matches(got: Any, want: Any, dtype: str, what: str) -> float:
+    """The max abs difference of a compiled output from eager; beyond the tolerance a one-line BuildFailed."""
     diff = max_abs_diff(got, want)
-    # Relative to the output's scale; half precision rounds differently in fused kernels.
-    scale = max(1.0, max_abs(want))
-    limit = (1e-3 if job.spec.dtype == "float32" else 5e-2) * scale
+    limit = tolerance(want, dtype)
     if not diff <= limit:
-        raise BuildFailed(f"{label}: the precompiled function differs from eager by {diff:.3g} (limit {limit:.3g})")
-    out = save(job, model, inputs, compiled)
-    return {"aot_compile_s": round(compile_s, 3), "aot_max_abs_diff": diff, "aot_dir": str(out)}
+        raise BuildFailed(f"{what} differs from eager by {diff:.3g} (limit {limit:.3g})",
+                          "report it with the entry's label; serve this model with mode full meanwhile")
+    return diff
 
 
 def max_abs(a: Any) -> float:

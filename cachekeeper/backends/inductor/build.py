@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
-from ...pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
+from ...pipeline_warmup import (
+    as_keywords,
+    call_kwargs,
+    capture_inputs,
+    check_size,
+    component_of,
+    load_pipeline,
+    place,
+    warmup_kind,
+)
 from ..base import BuildJob
 from ..build_main import build_main, component_and_inputs, torch_dtype
 from . import aot
@@ -149,21 +158,34 @@ def run_pipeline(job: BuildJob, device: str, t0: float) -> dict[str, Any]:
     if ref.offload and not device.startswith("cuda"):
         raise BuildFailed(f"{ref.name}: offload: {ref.offload} needs an accelerator; inductor builds on {device}",
                           "drop offload for this model or set backend_options.inductor.device: cuda")
+    if ref.offload and job.spec.mode == aot.MODE:
+        raise BuildFailed(f"{ref.name}: mode aot precompiles a resident component; offload: {ref.offload} "
+                          "moves it per call", "drop offload for aot entries, or use mode repeated_blocks")
     t1 = time.perf_counter()
     pipe = load_pipeline(ref, torch_dtype(job.spec.dtype))
     model = component_of(pipe, ref)
     check_size(ref, job.spec, pipe, model)
     place(pipe, ref, device)
     t_load = time.perf_counter() - t1
-    compile_in_place(model, job.spec.mode, job.options)
     kwargs = call_kwargs(pipe, job.spec, ref)
     t2 = time.perf_counter()
-    with torch.no_grad():
-        pipe(**kwargs)
+    aot_result: dict[str, Any] = {}
+    if job.spec.mode == aot.MODE:
+        # The real pipeline call, stopped at the component's first call: its arguments are the serving
+        # call by construction. The model stays as from_pretrained made it (requires_grad included:
+        # the tensor guards and the FX-graph key see it), as the server's will be.
+        args, captured = capture_inputs(pipe, model, kwargs)
+        aot_result = aot.prebuild(job, model, as_keywords(model, args, captured), component=ref.component,
+                                  warm_fallback=True)
+    else:
+        compile_in_place(model, job.spec.mode, job.options)
+        with torch.no_grad():
+            pipe(**kwargs)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     t_first = time.perf_counter() - t2
     return {
+        **aot_result,
         "ok": True, "entry": job.spec.key, "torch": torch.__version__, "device": device, "warmup": "pipeline",
         "pipeline": type(pipe).__name__,
         "timings": {"load_s": round(t_load, 3), "first_call_s": round(t_first, 3),
