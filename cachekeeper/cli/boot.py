@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -53,41 +53,66 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..errors import UsageError
     from ..hydrate.request import resolve_request, run_request
 
+    if as_json and print_env:
+        raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
+                         "to a file)")
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
                                   trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
                                   progress=progress_line())
+    explained = _explanations(report, req)
     if as_json:
-        click.echo(json.dumps(_report_json(report, req)))
+        doc = _report_json(report)
+        if explained is not None:
+            doc["explanations"] = explained
+        click.echo(json.dumps(doc))
     if print_env:
         for var, value in exports.items():
             click.echo(f"export {var}={shlex.quote(value)}")
-    if report.missing:
-        say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {report.fingerprint_id}; "
-            "they will compile at first use (`cachekeeper coverage` lists them)")
-    if report.incomplete:
-        say(f"warning: hydrate incomplete ({report.incomplete}); the server compiles what is missing")
+    warning = _warning(report, explained)
+    if warning:
+        say(f"warning: {warning}")
     summarize(report)
 
 
-def _report_json(report: HydrateReport, req: HydrateRequest) -> dict[str, object]:
-    """The report, the fleet figures, and why each miss missed, as `explain` says it (no database)."""
+def _report_json(report: HydrateReport) -> dict[str, object]:
+    """The report and the fleet figures (`explanations` are added when something missed)."""
     from ..fleet import hydrate_counts
-    from ..hydrate.request import store_opener
 
     doc = report.to_dict()
     doc["counts"] = hydrate_counts(report.manifests, report.missing)
-    if report.missing and not report.incomplete:
-        from ..inspection.explain import explain_misses
-
-        config, name = req.config, req.toolchain.name
-        labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
-        doc["explanations"] = explain_misses(store_opener(req.store_url, config), req.toolchain.fingerprint,
-                                             report.missing, labels)
     return doc
+
+
+def _explanations(report: HydrateReport, req: HydrateRequest) -> list[dict[str, Any]] | str | None:
+    """Why each miss missed, as `explain` says it, read from the store listing (no database): only when
+    something missed and the store answered (a dead store or a spent deadline is not asked again)."""
+    if not report.missing or (report.incomplete and not report.nothing_built):
+        return None
+    from ..hydrate.request import store_opener
+    from ..inspection.explain import explain_misses
+
+    config, name = req.config, req.toolchain.name
+    labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
+    return explain_misses(store_opener(req.store_url, config), req.toolchain.fingerprint, report.missing, labels)
+
+
+def _warning(report: HydrateReport, explained: list[dict[str, Any]] | str | None) -> str:
+    """The one warning line of a run that boots anyway: why, and the first cause `explain` names."""
+    cause = ""
+    if isinstance(explained, list):
+        hints = [h for e in explained for n in e["nearest"] for h in n["hints"]]
+        cause = f"; cause: {hints[0]}" if hints else "; no toolchain has them built"
+    if report.incomplete:
+        return f"hydrate incomplete ({report.incomplete}){cause}; the server compiles what is missing"
+    if report.missing:
+        return (f"{len(report.missing)} wanted entries are not built for toolchain {report.fingerprint_id}{cause}; "
+                "they will compile at first use (`cachekeeper coverage` lists them)")
+    return ""
 
 
 @click.command()

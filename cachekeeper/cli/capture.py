@@ -45,6 +45,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     from ..capture import capture as run
     from ..capture import never_hydrated
     from ..errors import UsageError
+    from ..hydrate.destdir import served_dir
     from ..hydrate.request import store_on_demand
     from ..hydrate.state import load_state
 
@@ -53,10 +54,11 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     if nice:
         os.nice(nice)
     config = load_config(config_path)
-    state = load_state(Path(dest)) if Path(dest).is_dir() else None
+    state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
     tc = toolchain(config, backend or state.backend, pairs, device)
+    dest = str(served_dir(Path(dest), tc.fingerprint.id))
     signing_key = None
     if publish and sign_key:
         from ..signing import SigningKey

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -84,11 +85,17 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
+@click.option("--dest", "dests", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="reclaim a hydrated dest instead: the dirs of toolchains other than its current one")
+def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool,
+       dests: tuple[str, ...]) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
 
+    if dests:
+        _gc_dests([Path(d) for d in dests], execute, as_json)
+        return
     with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)
         (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
@@ -108,6 +115,24 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
             "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),
             "blobs": len(plan.delete_blobs), "debris": len(plan.delete_debris), "kept_blobs": plan.keep_blobs,
             "young": plan.young, "young_debris": plan.young_debris, "unreadable": list(plan.unreadable)}}))
+
+
+def _gc_dests(dests: list[Path], execute: bool, as_json: bool) -> None:
+    """A dest's old toolchains (an image upgrade on a persistent disk): planned, or removed with --run."""
+    from ..hydrate.destdir import reclaim, reclaimable
+
+    total = count = 0
+    for dest in dests:
+        items = reclaimable(dest.absolute())
+        done = list(reclaim(dest.absolute(), items)) if execute else items
+        for item in done:
+            verb = "removed" if execute else "would remove"
+            click.echo(json.dumps({"action": "remove", "run": execute, "path": str(item.path), "bytes": item.bytes,
+                                   "why": item.why}) if as_json else f"{verb}  {item.path}  ({item.why})")
+        total += sum(i.bytes for i in done)
+        count += len(done)
+    say(f"gc: {count} old toolchain dirs/files of {len(dests)} dests, {total / (1 << 20):.1f} MiB "
+        + ("removed" if execute else "to remove (pass --run)"))
 
 
 def _gc_text_lines(plan: GcPlan, execute: bool) -> None:

@@ -74,6 +74,11 @@ def save_state(dest: Path, state: State) -> None:
     atomic_write_bytes(state_dir(dest) / "state.json", state.to_json())
 
 
+def drop_state(dest: Path) -> None:
+    """Unclaim `dest`: a run that placed nothing leaves no state naming its toolchain."""
+    (state_dir(dest) / "state.json").unlink(missing_ok=True)
+
+
 def stat_matches(path: Path, placed: PlacedFile) -> bool:
     try:
         st = os.lstat(path)  # a symlink swapped in for a placed file never matches
