@@ -64,13 +64,15 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_prebuild_then_hydrate_reproduces_the_build_in_a_fresh_dir(built: Env) -> None:
-    dest = built.tmp / "dest"
-    proc = built.run("hydrate", "--config", str(built.config), "--dest", str(dest), "--print-env", "--json")
-    lines = proc.stdout.splitlines()
-    report = json.loads(lines[0])
+    outer = built.tmp / "dest"
+    proc = built.run("hydrate", "--config", str(built.config), "--dest", str(outer), "--json")
+    report = json.loads(proc.stdout)   # one document: machine output alone on stdout
     # Both entries write the same 15 paths (the first manifest wins each path), plus 1 shared header.
     assert report["files_fetched"] == 15 + 1 and len(report["manifests"]) == 3  # 2 entries + 1 shared
-    assert lines[1] == f"export FAKE_CACHE_DIR={dest}"
+    dest = outer / report["fingerprint_id"]   # the toolchain's own dir under the dest (docs/durability.md)
+    assert report["env"] == {"FAKE_CACHE_DIR": str(dest)} and report["dest"] == str(dest)
+    printed = built.run("hydrate", "--config", str(built.config), "--dest", str(outer), "--print-env")
+    assert printed.stdout == f"export FAKE_CACHE_DIR={dest}\n"
     assert len(list(dest.glob("0?/k*.neff"))) == 12 and (dest / "large.bin").stat().st_size == 5 << 20
     assert not (dest / "busy.lock").exists()  # the backend's include() keeps locks out
     assert (built.shared / "header.gch").read_text().startswith("header 1 ")

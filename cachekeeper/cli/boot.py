@@ -15,8 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import bounds
 from .hydrate_output import progress_line, summarize
-from .options import backend_pairs, load_config, opened_store, required_config, say, store_option, toolchain
+from .options import (
+    backend_pairs,
+    load_config,
+    number,
+    opened_store,
+    required_config,
+    say,
+    store_option,
+    toolchain,
+)
 
 if TYPE_CHECKING:
     from ..hydrate import HydrateReport
@@ -38,15 +48,15 @@ FORMATS = ("shell", "systemd")
 @click.option("--print-env", is_flag=True, help="print `export VAR=DIR` lines for eval")
 @click.option("--verify", is_flag=True, help="re-hash every local file instead of trusting the state file")
 @click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
-@click.option("--threads", default=16, show_default=True)
+@number("--threads", bound=bounds.THREADS, default=16, show_default=True, help="parallel downloads")
 @click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
               help="accept only manifests signed by this ed25519 public key [env CACHEKEEPER_TRUSTED_KEYS]")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), envvar="CACHEKEEPER_DEADLINE",
-              metavar="SECONDS", help="bound the whole hydrate, a stalled store included; then keep what is "
-              "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
+@number("--deadline", bound=bounds.DEADLINE, envvar="CACHEKEEPER_DEADLINE",
+        help="bound the whole hydrate, a stalled store included; then keep what is "
+        "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
 @click.option("--best-effort", is_flag=True, envvar="CACHEKEEPER_BEST_EFFORT",
-              help="when the deadline runs out or the store fails, warn, print the env and exit 0 "
-              "(the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
+              help="when nothing is built for this toolchain, the deadline runs out or the store fails, warn, "
+              "print the env and exit 0 (the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
@@ -67,6 +77,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)
+        doc["env"] = exports
         if explained is not None:
             doc["explanations"] = explained
         click.echo(json.dumps(doc))

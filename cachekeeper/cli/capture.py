@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .options import catalog_option, json_option, load_config, open_catalog, say, store_option, toolchain
+from .. import bounds
+from .options import catalog_option, json_option, load_config, number, open_catalog, say, store_option, toolchain
 
 if TYPE_CHECKING:
     from ..capture import CaptureReport
@@ -30,11 +31,12 @@ if TYPE_CHECKING:
 @catalog_option
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign the captured manifest [env CACHEKEEPER_SIGNING_KEY]")
-@click.option("--watch", type=float, metavar="SECONDS", help="publish every SECONDS until stopped (then once more)")
-@click.option("--settle", default=2.0, show_default=True, metavar="SECONDS",
+@number("--watch", bound=bounds.WATCH, help="publish every SECONDS until stopped (then once more)")
+@number("--settle", bound=bounds.SETTLE, default=2.0, show_default=True,
               help="a file counts as complete once its size and mtime held this long")
-@click.option("--lock-timeout", default=10.0, show_default=True, metavar="SECONDS")
-@click.option("--nice", default=10, show_default=True, help="CPU niceness, so capture never competes with the server")
+@number("--lock-timeout", bound=bounds.LOCK_TIMEOUT, default=10.0, show_default=True)
+@number("--nice", bound=bounds.NICE, default=10, show_default=True,
+        help="CPU niceness, so capture never competes with the server")
 @json_option
 def capture(dest: str, config_path: str | None, backend: str | None, device: str | None, pairs: tuple[str, ...],
             publish: bool, store_url: str | None, catalog_url: str | None, sign_key: str | None,
@@ -49,8 +51,8 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     from ..hydrate.request import store_on_demand
     from ..hydrate.state import load_state
 
-    if watch is not None and (watch <= 0 or not publish):
-        raise UsageError("--watch needs --publish and a positive number of seconds")
+    if watch is not None and not publish:
+        raise UsageError("--watch needs --publish")
     if nice:
         os.nice(nice)
     config = load_config(config_path)

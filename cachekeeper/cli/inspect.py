@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import bounds
 from .options import (
     catalog_option,
     json_option,
+    number,
     open_catalog,
     opened_catalog,
     opened_store,
@@ -166,7 +168,7 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
 @catalog_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to bind; the page has no login: keep it local or behind an authenticating proxy")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@number("--port", bound=bounds.PORT, default=8765, show_default=True, help="0: any free port")
 @click.option("--root-path", default="", help="URL prefix when served behind a proxy under a sub-path")
 def dashboard(catalog_url: str | None, host: str, port: int, root_path: str) -> None:
     """Serve the read-only coverage dashboard (matrix, build queue, publishes, diffs)."""

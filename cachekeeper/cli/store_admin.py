@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .. import bounds
 from . import cli
-from .options import json_option, opened_store, say, store_option
+from .options import json_option, number, opened_store, say, store_option
 
 if TYPE_CHECKING:
     from ..gc import GcPlan
@@ -81,7 +82,7 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
 @cli.command()
 @store_option
 @click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
-@click.option("--min-age", default=3600.0, show_default=True, metavar="SECONDS",
+@number("--min-age", bound=bounds.MIN_AGE, default=3600.0, show_default=True,
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
