@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import ENABLE, fake_config
+from tests.fakes import ENABLE, fake_config, served
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ def test_the_hydrate_path_imports_no_torch_diffusers_sqlalchemy_or_cloud_sdk(bui
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=built.vars, cwd=built.tmp)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
-    assert (dest / "large.bin").exists()
+    assert (served(dest) / "large.bin").exists()
 
 
 def test_coverage_exits_non_zero_while_a_deployment_would_compile(env: Env) -> None:
@@ -137,7 +137,7 @@ def test_a_lockfile_pins_exact_manifests(built: Env) -> None:
     pinned = json.loads(lockfile.read_text())
     assert len(pinned["manifests"]) == 3
     built.run("hydrate", "--lockfile", str(lockfile), "--dest", str(built.tmp / "d"))
-    assert (built.tmp / "d" / "large.bin").exists()
+    assert (served(built.tmp / "d") / "large.bin").exists()
     err = one_error_line(built.run("hydrate", "--lockfile", str(lockfile), "--dest", str(built.tmp / "e"),
                                    ok=False, FAKE_TOOLCHAIN="2"))
     assert "pins toolchain" in err
