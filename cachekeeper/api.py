@@ -80,8 +80,11 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
             sign_key: StrPath | None = None, catalog: str | None = None, settle: float = 2.0) -> CaptureReport:
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
+    from . import bounds
     from .capture import capture as run
     from .capture import never_hydrated
+
+    settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
     from .hydrate.destdir import served_dir
     from .hydrate.request import store_on_demand
     from .hydrate.state import load_state

@@ -63,9 +63,11 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
     from ..hydrate.request import resolve_request, run_request
 
+    checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")

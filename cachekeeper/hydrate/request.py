@@ -202,10 +202,15 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
                 progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
     hydrate settings apply unless the caller sets them."""
+    from .. import bounds
     from . import HydrateReport, hydrate
     from .destdir import claim_layout
 
     tc, config = req.toolchain, req.config
+    # The CLI's flags were checked by click; the Python API's arguments are checked here, with the same bounds.
+    threads = int(bounds.checked(threads, bounds.THREADS, "hydrate(threads=...)"))
+    if deadline is not None:
+        deadline = float(bounds.checked(deadline, bounds.DEADLINE, "hydrate(deadline=...)"))
     best_effort = best_effort or bool(config and config.hydrate_best_effort)
     if best_effort and require_all:
         raise UsageError("--require-all (fail on any miss) and best effort (--best-effort, CACHEKEEPER_BEST_EFFORT "
