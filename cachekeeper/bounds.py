@@ -88,6 +88,7 @@ NICE = Bound("nice", 0, 19, integer=True)
 STALL_TIMEOUT = Bound("stall timeout", 0, 3600, low_open=True, unit="seconds")
 BUILD_TIMEOUT = Bound("timeout", 0, 7 * DAY, low_open=True, unit="seconds")
 PORT = Bound("port", 0, 65535, integer=True)
+PART_MIB = Bound("part size", 0, 4096, unit="MiB")          # hydrate's ranged-GET part; 0 turns parts off
 SIZE = Bound("size", 1, 65536, integer=True)                 # a shape's height, width or batch
 
 
