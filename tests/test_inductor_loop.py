@@ -118,7 +118,9 @@ def test_a_shape_compiled_at_runtime_and_captured_is_a_cache_hit_on_the_next_hos
 # instruction set), so the upgrade costs no second compile.
 OLD_IMAGE = {"ATEN_CPU_CAPABILITY": "default"}
 REPUBLISH = """
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from cachekeeper.hydrate.request import host_toolchain, load_config
 from cachekeeper.publish import publish
@@ -126,8 +128,10 @@ from cachekeeper.stores import open_store
 
 config = load_config(sys.argv[1])
 tc = host_toolchain(config, "inductor")
+built = Path(tempfile.mkdtemp()) / "cache"   # what a build of the old image left: no hydrate state in it
+shutil.copytree(sys.argv[2], built, ignore=shutil.ignore_patterns(".cachekeeper"))
 store = open_store(None)
-publish(store, fingerprint=tc.fingerprint, spec=config.entries()[0].spec, roots={"cache": Path(sys.argv[2])},
+publish(store, fingerprint=tc.fingerprint, spec=config.entries()[0].spec, roots={"cache": built},
         include=tc.backend.include)
 store.close()
 print(tc.fingerprint.id)
