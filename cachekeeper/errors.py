@@ -110,6 +110,10 @@ class CatalogUnreachable(CatalogError):
     """The database does not answer, or its location cannot be created."""
 
 
+class CatalogMissing(CatalogError):
+    """A read-only command named a catalog that does not exist (it never creates one)."""
+
+
 class CatalogNotMigrated(CatalogError):
     """The database's schema is not this release's head revision."""
 

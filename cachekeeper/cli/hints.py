@@ -47,6 +47,10 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     # catalog
     e.CatalogError: Hint("check the catalog URL (--catalog or CACHEKEEPER_CATALOG)"),
     e.CatalogUnreachable: Hint("check that the database is running and the URL's host, port and credentials are right"),
+    e.CatalogMissing: Hint("check --catalog / CACHEKEEPER_CATALOG; `cachekeeper prebuild CONFIG` creates the catalog, "
+                           "or `cachekeeper db upgrade` an empty one",
+                           "check the path; `cachekeeper prebuild CONFIG` creates the catalog, or "
+                           "`cachekeeper db upgrade --catalog {url}` an empty one"),
     e.CatalogNotMigrated: Hint("run `cachekeeper db upgrade` against this catalog",
                                "run `cachekeeper db upgrade` against {url}"),
     e.QueuePayloadError: Hint("run the same cachekeeper release on every prebuild worker of one catalog"),

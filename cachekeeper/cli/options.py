@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -109,7 +110,39 @@ def open_catalog(url: str | None, config: Config | None, *, readonly: bool = Fal
     back). The caller closes it; prefer `opened_catalog`."""
     from ..catalog import Catalog
 
-    return Catalog.open(url or (config.catalog if config else None), auto_migrate=False if readonly else None)
+    url = url or (config.catalog if config else None)
+    if readonly:
+        _require_existing(url)
+    return Catalog.open(url, auto_migrate=False if readonly else None)
+
+
+def _require_existing(url: str | None) -> None:
+    """Inspection never creates a catalog: a SQLite file that is not there (a typo, a fresh host) is one
+    error, not an empty catalog made on the spot."""
+    from ..catalog.settings import default_url
+    from ..errors import CatalogMissing
+
+    scheme, sep, rest = (url or default_url()).partition("://")
+    if scheme.partition("+")[0] != "sqlite" or not sep:
+        return
+    path = rest[1:].partition("?")[0]
+    if path and path != ":memory:" and not Path(path).is_file():
+        raise CatalogMissing(f"no catalog at {path}", url=f"sqlite:///{path}", path=path)
+
+
+def forget_in_catalog(url: str | None, keys: list[str]) -> int | None:
+    """After deleting manifests from the store: drop their catalog rows (the catalog follows the store).
+    None when there is no catalog to update (a SQLite file that was never made is not created for this)."""
+    from ..errors import CatalogMissing
+
+    if not keys:
+        return 0
+    try:
+        _require_existing(url)
+    except CatalogMissing:
+        return None
+    with opened_catalog(url, None) as catalog:
+        return catalog.forget_keys(keys)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import click
 
 from .. import bounds
 from . import cli
-from .options import json_option, number, opened_store, say, store_option
+from .options import catalog_option, forget_in_catalog, json_option, number, opened_store, say, store_option
 
 if TYPE_CHECKING:
     from ..gc import GcPlan
@@ -52,10 +52,11 @@ def _manifest_at(store: Store, key: str) -> str:
 
 @cli.command()
 @store_option
+@catalog_option
 @click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
 @click.option("--repair", is_flag=True, help="delete bad blobs and the manifests naming them, for prebuild to redo")
 @json_option
-def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
+def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
     from ..inventory import scan
     from ..verify import repair as repair_store
@@ -65,22 +66,27 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
         inventory = scan(store, debris=False)
         problems = list(verify_store(store, inventory, deep=deep))
         count = len(inventory.manifests) + len(inventory.unreadable)
-        if as_json:
-            click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems]}))
-        for p in problems:
-            click.echo(f"BAD  {p.key}: {p.what}")
-        say(f"verify: {count} manifests, {len(problems)} problems")
-        if problems and repair:
-            for key in repair_store(store, inventory, problems):
+        removed = list(repair_store(store, inventory, problems)) if problems and repair else []
+        forgotten = forget_in_catalog(catalog_url, [k for k in removed if k.startswith("manifests/")])
+        if as_json:   # one document, alone on stdout
+            click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems],
+                                   "removed": removed, "catalog_rows_removed": forgotten}))
+        else:
+            for p in problems:
+                click.echo(f"BAD  {p.key}: {p.what}")
+            for key in removed:
                 click.echo(f"removed  {key}")
-            say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
-                 "(and `cachekeeper catalog rebuild` drops their rows)")
+        say(f"verify: {count} manifests, {len(problems)} problems")
+        if removed:
+            say(f"verify: repaired; {forgotten or 0} catalog rows removed, so `cachekeeper prebuild` rebuilds "
+                "those entries")
     if problems:
         sys.exit(1)
 
 
 @cli.command()
 @store_option
+@catalog_option
 @click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
 @number("--min-age", bound=bounds.MIN_AGE, default=3600.0, show_default=True,
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
@@ -88,8 +94,8 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
 @click.option("--dest", "dests", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
               help="reclaim a hydrated dest instead: the dirs of toolchains other than its current one")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool,
-       dests: tuple[str, ...]) -> None:
+def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool,
+       as_json: bool, dests: tuple[str, ...]) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
@@ -104,6 +110,7 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
             say(f"warning: unreadable manifest kept: {key}")
         if execute:
             run_gc(store, plan)
+            forget_in_catalog(catalog_url, plan.delete_manifests)   # the catalog follows the store
         debris_note = store.debris_note
     say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
          f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
