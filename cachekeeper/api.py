@@ -103,10 +103,11 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     with store_on_demand(store, cfg) as store_fn:
         return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
                    settle_s=settle, signing_key=key,
-                   catalog=_catalog_opener(catalog) if publish and catalog else None)
+                   catalog=_catalog_opener(catalog or (cfg.catalog if cfg else None)) if publish else None)
 
 
-def _catalog_opener(url: str) -> Callable[[], Catalog]:
+def _catalog_opener(url: str | None) -> Callable[[], Catalog]:
+    """The named catalog, else the default (as prebuild's): captured sets land where `ls --captured` looks."""
     def open_it() -> Catalog:
         from .catalog import Catalog
 

@@ -65,7 +65,9 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     if publish and sign_key:
         from ..signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
-    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish and catalog_url else None
+    # The same default catalog as prebuild's, so `ls --captured`, `stats` and `coverage` see what the next
+    # hydrate pulls; an index that cannot be updated is a warning (the store already holds the set).
+    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish else None
     with store_on_demand(store_url, config) as store_fn:   # one store for every round, closed at the end
 
         def once() -> CaptureReport:

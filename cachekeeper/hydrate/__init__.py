@@ -197,7 +197,8 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
-        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids):
+        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids) \
+                and not _captured_since(open_store, fingerprint, state, pins, budget):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
@@ -205,7 +206,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
         with contextlib.ExitStack() as stack:
             from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
-            store, manifests = budget.run(
+            store, manifests, seen = budget.run(
                 lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
                                           budget),
                 "reading manifests")
@@ -226,7 +227,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                                     roots=roots.values())
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
             applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
+            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen)
         _fill(report, applied, stats, len(have))
         broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
         report.missing += broken
@@ -267,13 +268,47 @@ def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Pa
 
 def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
                       models: set[str] | None, report: HydrateReport, require_all: bool,
-                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest]]:
+                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest], list[str]]:
     store = open_store()
     try:
-        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget)
+        # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
+        seen = _captured_names(store, fingerprint) if _takes_captured(pins) else []
+        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget), seen
     except BaseException:
         store.close()   # nothing to hydrate, a store error: the caller never sees this store to close it
         raise
+
+
+def _takes_captured(pins: list[Pin] | None) -> bool:
+    """A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones."""
+    return not any(p.digest for p in pins or ())
+
+
+def _captured_names(store: Store, fingerprint: Fingerprint) -> list[str]:
+    from ..layout import manifest_keys
+
+    return [mk.name for mk in manifest_keys(store, fingerprint.id, captured=True)]
+
+
+def _captured_since(open_store: Callable[[], Store], fingerprint: Fingerprint, state: State, pins: list[Pin],
+                    budget: Deadline) -> bool:
+    """Whether the store has a captured set this dest has not seen: one listing, no manifest read. A
+    store that does not answer leaves the no-op a no-op (everything wanted is in place)."""
+    if not _takes_captured(pins):
+        return False
+
+    def listed() -> list[str]:
+        store = open_store()
+        try:
+            return _captured_names(store, fingerprint)
+        finally:
+            store.close()
+
+    try:
+        names = budget.run(listed, "listing captured sets")
+    except (StoreError, HydrateIncomplete):
+        return False
+    return bool(set(names) - set(state.captured_seen) - set(state.manifests))
 
 
 def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: int) -> str:
@@ -313,7 +348,8 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
-          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str]) -> None:
+          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
+          captured_seen: list[str]) -> None:
     """Old entries that are still intact (this covers files the plan kept), plus what was just placed."""
     state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                   roots={k: str(v) for k, v in roots.items()})
@@ -326,6 +362,7 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     state.files.update(placed)
     state.manifests.update({m.name: m.digest for m in manifests})
     state.signed.update({m.name: trusted_ids for m in manifests})
+    state.captured_seen = sorted(set(captured_seen) | (set(old.captured_seen) if old else set()))
     if old is None and not state.files and not state.manifests:
         drop_state(dest)   # a run that placed nothing claims nothing: the next toolchain may use the dir
         return
