@@ -170,15 +170,15 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
     locked_fp = None
     if lockfile is not None:
         if config is not None:
-            raise UsageError(f"--config {config.source} and --lockfile {lockfile} both name what to hydrate; "
-                             "a lockfile pins exact manifests, so pass one of them")
+            raise UsageError(f"config {config.source} and lockfile {lockfile} both name what to hydrate; "
+                             "a lockfile pins exact manifests, so give one of them")
         locked_backend, locked_fp, pins = read_lockfile(Path(lockfile))
         if backend and backend != locked_backend:
-            raise UsageError(f"--backend {backend} and --lockfile {lockfile} (which pins backend {locked_backend}) "
-                             "disagree; drop --backend")
+            raise UsageError(f"backend {backend} and lockfile {lockfile} (which pins backend {locked_backend}) "
+                             "disagree; give one of them")
         backend = locked_backend
     if shapes and config is None:
-        raise UsageError("--shape selects shapes of a config; pass --config")
+        raise UsageError("shapes select entries of a config, and no config is given")
     tc = host_toolchain(config, pick_backend(config, backend), options, device)
     if config is not None and pins is None:
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
@@ -213,8 +213,8 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
         deadline = float(bounds.checked(deadline, bounds.DEADLINE, "hydrate(deadline=...)"))
     best_effort = best_effort or bool(config and config.hydrate_best_effort)
     if best_effort and require_all:
-        raise UsageError("--require-all (fail on any miss) and best effort (--best-effort, CACHEKEEPER_BEST_EFFORT "
-                         "or the config's hydrate.best_effort) contradict each other; drop one")
+        raise UsageError("require-all (fail on any miss) and best effort (the flag, env CACHEKEEPER_BEST_EFFORT or "
+                         "the config's hydrate.best_effort) contradict each other; drop one")
     deadline = deadline if deadline is not None else (config.hydrate_deadline if config else None)
     served = served_path(req.dest, tc)
     exports = tc.backend.env_exports(served)  # before any download: it refuses env that ignores the dir
