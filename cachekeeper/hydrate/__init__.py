@@ -163,7 +163,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
     `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
-    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest).
+    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest). Best
+    effort covers nothing built for this toolchain (`nothing_built`), a failing store and a busy lock too.
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
@@ -182,8 +183,9 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     return _finish(report, t0, budget)
 
 
-# What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error.
-SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy, ToolchainMismatch)
+# What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error. A dir
+# that holds another toolchain's or foreign files is not softened: the server would read them.
+SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy)
 
 
 def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
