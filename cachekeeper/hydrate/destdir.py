@@ -52,8 +52,8 @@ def read_layout(dest: Path) -> Layout | None:
     if not isinstance(d, dict) or d.get("v") != LAYOUT_VERSION:
         v = d.get("v") if isinstance(d, dict) else None
         raise DestinationError(f"{dest} has dest layout version {v!r}; this release reads version "
-                               f"{LAYOUT_VERSION}", "use the cachekeeper release that hydrated it, or a fresh destination",
-                               path=str(dest))
+                               f"{LAYOUT_VERSION}", "use the cachekeeper release that hydrated it, or a fresh "
+                               "destination", path=str(dest))
     return Layout(str(d.get("current", "")), str(d.get("backend", "")))
 
 
