@@ -108,6 +108,9 @@ def test_the_hydrate_path_imports_no_torch_diffusers_sqlalchemy_or_cloud_sdk(bui
 
 
 def test_coverage_exits_non_zero_while_a_deployment_would_compile(env: Env) -> None:
+    absent = env.run("coverage", str(env.config), ok=False)   # read-only: it never creates the catalog
+    assert absent.returncode == 5 and "no catalog at" in one_error_line(absent)
+    env.run("db", "upgrade")
     missing = env.run("coverage", str(env.config), ok=False)
     assert missing.returncode == 1 and missing.stdout.count("MISSING") == 2
     env.run("prebuild", str(env.config))
@@ -120,6 +123,7 @@ def test_coverage_exits_non_zero_while_a_deployment_would_compile(env: Env) -> N
 def test_coverage_names_the_worker_building_a_missing_entry(env: Env) -> None:
     from cachekeeper.catalog import Catalog
 
+    env.run("db", "upgrade")
     rows = json.loads(env.run("coverage", str(env.config), "--json", ok=False).stdout)["entries"]
     fp_id, key = rows[0]["fingerprint_id"], rows[0]["key"]
     assert all(r["held_by"] is None for r in rows)
@@ -145,7 +149,8 @@ def test_a_lockfile_pins_exact_manifests(built: Env) -> None:
 
 def test_catalog_rebuild_restores_the_index_from_the_store(built: Env) -> None:
     (built.tmp / "home" / "catalog.db").unlink()
-    assert built.run("ls", "--json").stdout.strip() == ""   # JSON lines: none
+    gone = built.run("ls", "--json", ok=False)
+    assert gone.returncode == 5 and gone.stdout == "" and "no catalog at" in one_error_line(gone)
     built.run("catalog", "rebuild")
     assert len([json.loads(line) for line in built.run("ls", "--json").stdout.splitlines()]) == 2
 
@@ -167,10 +172,9 @@ def test_verify_and_gc(built: Env) -> None:
     assert bad.returncode == 1 and "BAD" in bad.stdout
     repaired = built.run("verify", "--repair", ok=False)
     assert repaired.returncode == 1 and "removed  blobs/" in repaired.stdout
-    # The catalog still lists the removed entry: --verify-store asks the store too, and rebuilds it.
-    assert json.loads(built.run("prebuild", str(built.config), "--json").stdout)["counts"] == {"present": 2}
-    again = built.run("prebuild", str(built.config), "--verify-store", "--json")
-    assert json.loads(again.stdout)["counts"] == {"built": 1, "present": 1}
+    # The repair dropped the entry's catalog row too: prebuild rebuilds it with no extra flag.
+    assert json.loads(built.run("prebuild", str(built.config), "--json").stdout)["counts"] == {"built": 1,
+                                                                                                "present": 1}
     built.run("verify", "--deep")
 
 

@@ -117,9 +117,10 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
         deadline = time.monotonic() + every
         while not stopping and time.monotonic() < deadline:
             time.sleep(min(0.2, every))
+        last = stopping   # a signal that lands during this round still gets a round after it
         try:
             _show(once(), True, as_json)
         except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
             say(f"warning: {exc.message}; kept for the next round")
-        if stopping:
+        if last:
             return

@@ -178,7 +178,7 @@ def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err, err
-    assert len(world.captured_keys()) == 2
+    assert len(world.captured_keys()) == 2, err
 
 
 def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(world: World) -> None:
