@@ -71,7 +71,8 @@ def serve(model: Path, args: argparse.Namespace, env: Mapping[str, str], dest: P
 def round_(i: int, work: Path, config: Path, model: Path, args: argparse.Namespace,
            env: Mapping[str, str]) -> dict[str, Any]:
     cwd, boot, dest = host(work, f"runtime-{i}", env)
-    run(cachekeeper("hydrate", "--config", str(config), "--dest", str(dest)), boot, cwd)
+    out, _ = run(cachekeeper("hydrate", "--config", str(config), "--dest", str(dest), "--json"), boot, cwd)
+    dest = Path(json.loads(out)["dest"])   # the toolchain's own dir under the dest: what the runtime reads
     runtime = serve(model, args, boot, dest, cwd)
     out, capture_s = run(cachekeeper("capture", "--config", str(config), "--dest", str(dest), "--publish",
                                      "--settle", "0.5", "--nice", "0", "--json"), boot, cwd)
@@ -79,6 +80,7 @@ def round_(i: int, work: Path, config: Path, model: Path, args: argparse.Namespa
     cwd, boot, dest = host(work, f"captured-{i}", env)
     out, hydrate_s = run(cachekeeper("hydrate", "--config", str(config), "--dest", str(dest), "--json"), boot, cwd)
     counts = json.loads(out.splitlines()[0])["counts"]
+    dest = Path(json.loads(out.splitlines()[0])["dest"])
     captured = serve(model, args, boot, dest, cwd)
     return {"runtime": runtime, "captured": captured, "capture_s": capture_s, "captured_files": files,
             "hydrate_s": hydrate_s, "hydrate_counts": counts}

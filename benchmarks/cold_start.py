@@ -135,14 +135,16 @@ class Bench:
     def hydrate(self) -> dict[str, Any]:
         cache, tmp = self.fresh("hydrate")
         # TMPDIR as the server will have it: hydrate puts the precompiled header there.
-        _, secs = run(["cachekeeper", "hydrate", "--config", str(self.config), "--dest", str(cache),
-                       "--store", self.store], self.env(cache, tmp), self.work)
+        out, secs = run(["cachekeeper", "hydrate", "--config", str(self.config), "--dest", str(cache),
+                         "--store", self.store, "--json"], self.env(cache, tmp), self.work)
+        cache = Path(json.loads(out)["dest"])   # the toolchain's own dir under the dest
         return {**self.serve(cache, tmp), "hydrate_s": round(secs, 3)}
 
     def aot(self) -> dict[str, Any]:
         cache, tmp = self.fresh("aot")
-        _, secs = run(["cachekeeper", "hydrate", "--config", str(self.aot_config), "--dest", str(cache),
-                       "--store", self.store], self.env(cache, tmp), self.work)
+        out, secs = run(["cachekeeper", "hydrate", "--config", str(self.aot_config), "--dest", str(cache),
+                         "--store", self.store, "--json"], self.env(cache, tmp), self.work)
+        cache = Path(json.loads(out)["dest"])   # the toolchain's own dir under the dest
         result = self.serve(cache, tmp, "--mode", "aot")
         if result.get("fallback_calls"):
             sys.exit(f"cold_start: the aot run fell back to compiling: {result.get('fallbacks')}")

@@ -69,11 +69,10 @@ def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrP
         device: str | None = None, options: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that point this host's runtime at the hydrated dir (what `hydrate --print-env` prints).
     Set them before the runtime reads them (Inductor: before `import torch`)."""
-    from .hydrate.request import default_dest
+    from .hydrate.request import served_path
 
     tc = _toolchain(_config(config), backend, device, options)
-    target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
-    return tc.backend.env_exports(target.absolute())
+    return tc.backend.env_exports(served_path(dest, tc))
 
 
 def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None = None, device: str | None = None,
@@ -81,16 +80,21 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
             sign_key: StrPath | None = None, catalog: str | None = None, settle: float = 2.0) -> CaptureReport:
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
+    from . import bounds
     from .capture import capture as run
     from .capture import never_hydrated
+
+    settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
+    from .hydrate.destdir import served_dir
     from .hydrate.request import store_on_demand
     from .hydrate.state import load_state
 
-    state = load_state(Path(dest)) if Path(dest).is_dir() else None
+    state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
     cfg = _config(config)
     tc = _toolchain(cfg, backend or state.backend, device, options)
+    dest = served_dir(Path(dest), tc.fingerprint.id)
     key = None
     if publish and sign_key is not None:
         from .signing import SigningKey
@@ -99,10 +103,11 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     with store_on_demand(store, cfg) as store_fn:
         return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
                    settle_s=settle, signing_key=key,
-                   catalog=_catalog_opener(catalog) if publish and catalog else None)
+                   catalog=_catalog_opener(catalog or (cfg.catalog if cfg else None)) if publish else None)
 
 
-def _catalog_opener(url: str) -> Callable[[], Catalog]:
+def _catalog_opener(url: str | None) -> Callable[[], Catalog]:
+    """The named catalog, else the default (as prebuild's): captured sets land where `ls --captured` looks."""
     def open_it() -> Catalog:
         from .catalog import Catalog
 

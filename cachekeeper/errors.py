@@ -94,6 +94,11 @@ class IntegrityError(CachekeeperError):
     exit_code = 4
 
 
+class UntrustedManifest(IntegrityError):
+    """Trusted keys are required and a manifest is unsigned, or signed by a key that is not trusted
+    (`key`: that key's id). A trust problem, not corrupt bytes."""
+
+
 class ManifestError(CachekeeperError):
     """A manifest that is unreadable or of an unknown schema."""
 
@@ -108,6 +113,10 @@ class CatalogError(CachekeeperError):
 
 class CatalogUnreachable(CatalogError):
     """The database does not answer, or its location cannot be created."""
+
+
+class CatalogMissing(CatalogError):
+    """A read-only command named a catalog that does not exist (it never creates one)."""
 
 
 class CatalogNotMigrated(CatalogError):

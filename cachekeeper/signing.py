@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import IntegrityError, ObjectNotFound, UsageError
+from .errors import IntegrityError, ObjectNotFound, UntrustedManifest, UsageError
 from .layout import signature_key
 from .stores.base import Store
 
@@ -113,12 +113,12 @@ def require_signature(store: Store, manifest_bytes: bytes, trusted: Iterable[Pub
         doc = json.loads(store.get_bytes(signature_key(digest)))
         key_id, sig = str(doc["key_id"]), base64.b64decode(doc["signature"])
     except ObjectNotFound:
-        raise IntegrityError(f"{source} is not signed, and trusted keys are required") from None
+        raise UntrustedManifest(f"{source} is not signed, and trusted keys are required") from None
     except (ValueError, KeyError, TypeError):
         raise IntegrityError(f"{source} has an unreadable signature") from None
     key = next((k for k in trusted if k.id == key_id), None)
     if key is None:
-        raise IntegrityError(f"{source} is signed by key {key_id}, which is not trusted")
+        raise UntrustedManifest(f"{source} is signed by key {key_id}, which is not trusted", key=key_id)
     try:
         _crypto().Ed25519PublicKey.from_public_bytes(key.raw).verify(sig, manifest_bytes)
     except Exception:  # cryptography raises InvalidSignature

@@ -50,12 +50,14 @@ PIPELINES="$HERE/pipelines.yaml"
 KLEIN="$HERE/models/tiny-flux2-klein"
 [ -f "$KLEIN/model_index.json" ] || python "$HERE/make_tiny_model.py" --only tiny-flux2-klein --only tiny-flux1
 cachekeeper prebuild "$PIPELINES" --model tiny-flux2-klein
-cachekeeper hydrate --config "$PIPELINES" --model tiny-flux2-klein --dest "$WORK/hydrated-pipeline"
+# The toolchain's own dir under the dest (what --print-env would export), from the --json report.
+PIPE_DIR=$(cachekeeper hydrate --config "$PIPELINES" --model tiny-flux2-klein --dest "$WORK/hydrated-pipeline" --json |
+           python -c 'import json, sys; print(json.load(sys.stdin)["dest"])')
 SERVE_PIPE=(python "$HERE/serve_pipeline.py" "$KLEIN" --max-sequence-length 16 --guidance-scale 1.0
             --prompt "a lighthouse at dusk" --steps 3 --seed 11)
 mkdir -p "$WORK/cold-pipe-tmp"
 cold=$(TMPDIR="$WORK/cold-pipe-tmp" "${SERVE_PIPE[@]}" --cache-dir "$WORK/cold-pipeline" 2>/dev/null | tail -n 1)
-warm=$("${SERVE_PIPE[@]}" --cache-dir "$WORK/hydrated-pipeline" 2>/dev/null | tail -n 1)
+warm=$("${SERVE_PIPE[@]}" --cache-dir "$PIPE_DIR" 2>/dev/null | tail -n 1)
 python - "$cold" "$warm" <<'PY'
 import json, sys
 cold, warm = (json.loads(a) for a in sys.argv[1:3])

@@ -61,3 +61,11 @@ class FakeBackend(Backend):
     def build_command(self, job: BuildJob) -> BuildCommand:
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         return BuildCommand([sys.executable, "-m", "tests.fake_build", job.to_json()], env)
+
+
+def served(dest: Path) -> Path:
+    """The dir a hydrate into `dest` filled and named in the env: its current toolchain's own subdir
+    (cachekeeper/hydrate/destdir.py)."""
+    import json
+
+    return dest / json.loads((dest / ".cachekeeper" / "layout.json").read_text())["current"]

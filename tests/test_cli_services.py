@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import served
 from tests.test_cli_spine import Env, one_error_line
 
 pytestmark = pytest.mark.services
@@ -34,7 +35,7 @@ def test_prebuild_to_s3_with_a_postgres_catalog_then_hydrate_without_the_databas
     dest = tmp_path / "dest"
     env.run("hydrate", "--config", str(env.config), "--store", s3_store_url, "--dest", str(dest),
             CACHEKEEPER_CATALOG="postgresql+psycopg://nobody@127.0.0.1:1/none")  # the boot path never asks it
-    assert (dest / "large.bin").stat().st_size == 5 << 20
+    assert (served(dest) / "large.bin").stat().st_size == 5 << 20
     env.run("verify", "--store", s3_store_url, "--deep")
 
 
@@ -43,7 +44,7 @@ def test_prebuild_to_gcs_then_hydrate(gcs_store_url: str, tmp_path: Path) -> Non
     env.run("prebuild", str(env.config), "--store", gcs_store_url, "--no-catalog")
     dest = tmp_path / "dest"
     env.run("hydrate", "--config", str(env.config), "--store", gcs_store_url, "--dest", str(dest))
-    assert len(list(dest.glob("0?/k*.neff"))) == 12
+    assert len(list(served(dest).glob("0?/k*.neff"))) == 12
     assert json.loads(env.run("hydrate", "--config", str(env.config), "--store", gcs_store_url, "--dest",
                               str(dest), "--json").stdout)["noop"]
 

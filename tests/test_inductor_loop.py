@@ -50,12 +50,12 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     instance = tmp / "instance"  # a fresh host: empty TMPDIR, another working directory
     (instance / "tmp").mkdir(parents=True)
     boot = {**env, "TMPDIR": str(instance / "tmp")}
-    dest = instance / "ck"
-    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
-                   "--print-env", "--json"], boot, instance)
-    report = json.loads(hydrate.stdout.splitlines()[0])
+    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                   str(instance / "ck"), "--json"], boot, instance)
+    report = json.loads(hydrate.stdout)
     assert report["files_fetched"] > 10 and not report["missing"]
-    assert hydrate.stdout.splitlines()[1] == f"export TORCHINDUCTOR_CACHE_DIR={dest}"
+    dest = instance / "ck" / report["fingerprint_id"]   # the toolchain's own dir under the dest
+    assert report["env"] == {"TORCHINDUCTOR_CACHE_DIR": str(dest)}
     headers = list((instance / "tmp").glob("torchinductor_*/precompiled_headers/*.h.gch"))
     assert len(headers) == 1, "hydrate restores the precompiled header where the server's TMPDIR says"
     stamp = headers[0].stat().st_mtime_ns
@@ -68,8 +68,8 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     assert out["autograd_cache_miss"] == 0 and out["autograd_cache_hit"] >= 1
     assert headers[0].stat().st_mtime_ns == stamp, "the precompiled header was rebuilt"
 
-    again = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
-                 "--json"], boot, instance)
+    again = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                 str(instance / "ck"), "--json"], boot, instance)
     assert json.loads(again.stdout)["noop"], "files the runtime added (locks) do not disturb a repeat hydrate"
 
 
@@ -96,7 +96,8 @@ def test_a_shape_compiled_at_runtime_and_captured_is_a_cache_hit_on_the_next_hos
         hosts.append((instance, {**env, "TMPDIR": str(instance / "tmp")}, instance / "ck"))
 
     instance, boot, dest = hosts[0]
-    run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest)], boot, instance)
+    dest = Path(json.loads(run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                                str(dest), "--json"], boot, instance).stdout)["dest"])
     cold = json.loads(run(serve_b, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance).stdout.splitlines()[-1])
     assert cold["fxgraph_cache_miss"] >= 1, "shape B is not prebuilt: it compiles at runtime"
     captured = json.loads(run([sys.executable, "-m", "cachekeeper", "capture", "--config", str(config), "--dest",
@@ -107,6 +108,66 @@ def test_a_shape_compiled_at_runtime_and_captured_is_a_cache_hit_on_the_next_hos
     hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
                    "--json"], boot, instance)
     assert json.loads(hydrate.stdout.splitlines()[0])["counts"] == {"hit": 1, "missed": 0, "captured": 1}
+    dest = Path(json.loads(hydrate.stdout.splitlines()[0])["dest"])
     warm = json.loads(run(serve_b, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance).stdout.splitlines()[-1])
     assert (warm["fxgraph_cache_hit"], warm["fxgraph_cache_miss"]) == (1, 0)
     assert warm["autograd_cache_miss"] == 0
+
+
+# The toolchain an older image ran: the same artifacts, published under another fingerprint (another CPU
+# instruction set), so the upgrade costs no second compile.
+OLD_IMAGE = {"ATEN_CPU_CAPABILITY": "default"}
+REPUBLISH = """
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from cachekeeper.hydrate.request import host_toolchain, load_config
+from cachekeeper.publish import publish
+from cachekeeper.stores import open_store
+
+config = load_config(sys.argv[1])
+tc = host_toolchain(config, "inductor")
+built = Path(tempfile.mkdtemp()) / "cache"   # what a build of the old image left: no hydrate state in it
+shutil.copytree(sys.argv[2], built, ignore=shutil.ignore_patterns(".cachekeeper"))
+store = open_store(None)
+publish(store, fingerprint=tc.fingerprint, spec=config.entries()[0].spec, roots={"cache": built},
+        include=tc.backend.include)
+store.close()
+print(tc.fingerprint.id)
+"""
+
+
+def test_an_image_upgrade_on_a_persistent_disk_hydrates_the_new_toolchain_and_gc_reclaims_the_old(
+        published: tuple[Path, Path, dict[str, str]]) -> None:
+    tmp, config, env = published
+    host = tmp / "upgraded-host"
+    (host / "tmp").mkdir(parents=True)
+    boot = {**env, "TMPDIR": str(host / "tmp")}
+    scratch = json.loads(run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                              str(tmp / "scratch"), "--json"], boot, host).stdout)["dest"]
+    old_fp = run([sys.executable, "-c", REPUBLISH, str(config), scratch], {**boot, **OLD_IMAGE}, host).stdout.strip()
+
+    disk = host / "persistent"   # the same --dest across the image upgrade
+    hydrate = [sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(disk), "--json"]
+    old = json.loads(run(hydrate, {**boot, **OLD_IMAGE}, host).stdout)
+    assert old["fingerprint_id"] == old_fp and old["files_fetched"] > 10
+    new = json.loads(run(hydrate, boot, host).stdout)   # the new image: no cleanup in between
+    assert new["fingerprint_id"] != old_fp and not new["missing"] and new["files_fetched"] == old["files_fetched"]
+    served_dir = Path(new["env"]["TORCHINDUCTOR_CACHE_DIR"])
+    assert served_dir == disk / new["fingerprint_id"] and (disk / old_fp).is_dir()
+    state = json.loads((served_dir / ".cachekeeper" / "state.json").read_text())
+    assert state["fingerprint_id"] == new["fingerprint_id"]
+    assert {k.partition("/")[2] for k in state["files"] if k.startswith("cache/")} == {
+        p.relative_to(served_dir).as_posix() for p in served_dir.rglob("*")
+        if p.is_file() and ".cachekeeper" not in p.parts}, "the server's dir holds the new toolchain's files only"
+
+    served = run([sys.executable, str(REPO / "examples" / "serve.py"), str(tmp / "models" / "tiny-flux"),
+                  "--component", "transformer", "--height", "64", "--width", "64"],
+                 {**boot, "TORCHINDUCTOR_CACHE_DIR": str(served_dir)}, host)
+    out = json.loads(served.stdout.strip().splitlines()[-1])
+    assert out["fxgraph_cache_miss"] == 0 and out["fxgraph_cache_hit"] >= 1
+
+    run([sys.executable, "-m", "cachekeeper", "gc", "--dest", str(disk), "--run"], boot, host)
+    assert not (disk / old_fp).exists() and served_dir.is_dir()
+    assert json.loads(run(hydrate, boot, host).stdout)["noop"]

@@ -59,5 +59,14 @@ def get_backend(name: str) -> Backend:
         known = ", ".join(sorted(known_backends))
         raise UsageError(f"unknown backend {name!r}", f"use one of: {known}") from None
     module, _, cls = target.partition(":")
-    backend: Backend = getattr(importlib.import_module(module), cls)()
+    try:
+        klass = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"backend {name!r} ({target}) cannot be loaded: {exc}",
+                         "check the module:Class of the plugin (CACHEKEEPER_BACKENDS) and that its package is "
+                         "installed") from None
+    if not (isinstance(klass, type) and issubclass(klass, Backend)):
+        raise UsageError(f"backend {name!r} ({target}) is not a cachekeeper.backends.base.Backend subclass",
+                         "a plugin backend subclasses Backend; cachekeeper.testing.BackendConformance checks one")
+    backend: Backend = klass()
     return backend

@@ -151,6 +151,15 @@ class Catalog:
         with self._write() as conn:
             conn.execute(delete(M).where(M.digest == digest))
 
+    def forget_keys(self, keys: Iterable[str]) -> int:
+        """Drop the rows of manifests deleted from the store (by store key), so the catalog follows the
+        store after `gc --run` and `verify --repair`; how many rows went."""
+        todo, gone = list(keys), 0
+        with self._write() as conn:
+            for i in range(0, len(todo), LOOKUP_CHUNK):
+                gone += conn.execute(delete(M).where(M.key.in_(todo[i:i + LOOKUP_CHUNK]))).rowcount or 0
+        return gone
+
     def rebuild(self, store: Store) -> RebuildReport:
         """Make the catalog mirror `store`'s manifests: record new ones, drop rows whose object is gone."""
         found = rebuild.scan(store)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -13,6 +15,27 @@ from .hints import hint_for
 
 
 class _Group(click.Group):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """click's own usage errors (an unknown option, a bad value, a missing argument) in the project's
+        format: one `error:` line naming the flag or env var, one `hint:` line, exit 2."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as exc:
+            click.echo(f"error: {usage_message(exc)}", err=True)
+            where = exc.ctx.command_path if exc.ctx is not None else "cachekeeper"
+            click.echo(f"hint: run `{where} --help`", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -29,6 +52,15 @@ class _Group(click.Group):
 @click.version_option(package_name="cachekeeper")
 def cli() -> None:
     """Prebuild, publish and hydrate compiler caches for PyTorch models."""
+
+
+def usage_message(exc: click.UsageError) -> str:
+    """`--threads: 0 is too small; ...` or `env CACHEKEEPER_DEADLINE: 'abc' is not a number; ...`."""
+    from .options import param_source
+
+    if isinstance(exc, click.BadParameter) and exc.param is not None and exc.ctx is not None:
+        return f"{param_source(exc.ctx, exc.param)}: {exc.message}"
+    return exc.format_message()
 
 
 def _register() -> None:

@@ -11,12 +11,22 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import bounds
 from .hydrate_output import progress_line, summarize
-from .options import backend_pairs, load_config, opened_store, required_config, say, store_option, toolchain
+from .options import (
+    backend_pairs,
+    load_config,
+    number,
+    opened_store,
+    required_config,
+    say,
+    store_option,
+    toolchain,
+)
 
 if TYPE_CHECKING:
     from ..hydrate import HydrateReport
@@ -38,56 +48,84 @@ FORMATS = ("shell", "systemd")
 @click.option("--print-env", is_flag=True, help="print `export VAR=DIR` lines for eval")
 @click.option("--verify", is_flag=True, help="re-hash every local file instead of trusting the state file")
 @click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
-@click.option("--threads", default=16, show_default=True)
+@number("--threads", bound=bounds.THREADS, default=16, show_default=True, help="parallel downloads")
 @click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
               help="accept only manifests signed by this ed25519 public key [env CACHEKEEPER_TRUSTED_KEYS]")
-@click.option("--deadline", type=click.FloatRange(min=0, min_open=True), envvar="CACHEKEEPER_DEADLINE",
-              metavar="SECONDS", help="bound the whole hydrate, a stalled store included; then keep what is "
-              "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
+@number("--deadline", bound=bounds.DEADLINE, envvar="CACHEKEEPER_DEADLINE",
+        help="bound the whole hydrate, a stalled store included; then keep what is "
+        "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
 @click.option("--best-effort", is_flag=True, envvar="CACHEKEEPER_BEST_EFFORT",
-              help="when the deadline runs out or the store fails, warn, print the env and exit 0 "
-              "(the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
+              help="when nothing is built for this toolchain, the deadline runs out or the store fails, warn, "
+              "print the env and exit 0 (the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..bounds import STALL_TIMEOUT, checked_env
+    from ..errors import UsageError
     from ..hydrate.request import resolve_request, run_request
 
+    checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
+    if as_json and print_env:
+        raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
+                         "to a file)")
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
                                   trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
                                   progress=progress_line())
+    explained = _explanations(report, req)
     if as_json:
-        click.echo(json.dumps(_report_json(report, req)))
+        doc = _report_json(report)
+        doc["env"] = exports
+        if explained is not None:
+            doc["explanations"] = explained
+        click.echo(json.dumps(doc))
     if print_env:
         for var, value in exports.items():
             click.echo(f"export {var}={shlex.quote(value)}")
-    if report.missing:
-        say(f"warning: {len(report.missing)} wanted entries are not built for toolchain {report.fingerprint_id}; "
-            "they will compile at first use (`cachekeeper coverage` lists them)")
-    if report.incomplete:
-        say(f"warning: hydrate incomplete ({report.incomplete}); the server compiles what is missing")
+    warning = _warning(report, explained)
+    if warning:
+        say(f"warning: {warning}")
     summarize(report)
 
 
-def _report_json(report: HydrateReport, req: HydrateRequest) -> dict[str, object]:
-    """The report, the fleet figures, and why each miss missed, as `explain` says it (no database)."""
+def _report_json(report: HydrateReport) -> dict[str, object]:
+    """The report and the fleet figures (`explanations` are added when something missed)."""
     from ..fleet import hydrate_counts
-    from ..hydrate.request import store_opener
 
     doc = report.to_dict()
     doc["counts"] = hydrate_counts(report.manifests, report.missing)
-    if report.missing and not report.incomplete:
-        from ..inspection.explain import explain_misses
-
-        config, name = req.config, req.toolchain.name
-        labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
-        doc["explanations"] = explain_misses(store_opener(req.store_url, config), req.toolchain.fingerprint,
-                                             report.missing, labels)
     return doc
+
+
+def _explanations(report: HydrateReport, req: HydrateRequest) -> list[dict[str, Any]] | str | None:
+    """Why each miss missed, as `explain` says it, read from the store listing (no database): only when
+    something missed and the store answered (a dead store or a spent deadline is not asked again)."""
+    if not report.missing or (report.incomplete and not report.nothing_built):
+        return None
+    from ..hydrate.request import store_opener
+    from ..inspection.explain import explain_misses
+
+    config, name = req.config, req.toolchain.name
+    labels = {e.spec.key: e.spec.label() for e in config.entries({name})} if config else {}
+    return explain_misses(store_opener(req.store_url, config), req.toolchain.fingerprint, report.missing, labels)
+
+
+def _warning(report: HydrateReport, explained: list[dict[str, Any]] | str | None) -> str:
+    """The one warning line of a run that boots anyway: why, and the first cause `explain` names."""
+    cause = ""
+    if isinstance(explained, list):
+        hints = [h for e in explained for n in e["nearest"] for h in n["hints"]]
+        cause = f"; cause: {hints[0]}" if hints else "; no toolchain has them built"
+    if report.incomplete:
+        return f"hydrate incomplete ({report.incomplete}){cause}; the server compiles what is missing"
+    if report.missing:
+        return (f"{len(report.missing)} wanted entries are not built for toolchain {report.fingerprint_id}{cause}; "
+                "they will compile at first use (`cachekeeper coverage` lists them)")
+    return ""
 
 
 @click.command()

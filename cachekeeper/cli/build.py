@@ -15,7 +15,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .options import catalog_option, json_option, opened_catalog, opened_store, required_config, say, store_option
+from .. import bounds
+from .options import (
+    catalog_option,
+    json_option,
+    number,
+    opened_catalog,
+    opened_store,
+    required_config,
+    say,
+    store_option,
+)
 
 if TYPE_CHECKING:
     from ..worker.prebuild import Outcome
@@ -31,14 +41,14 @@ if TYPE_CHECKING:
 @click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
 @click.option("--worker", envvar="CACHEKEEPER_WORKER",
               help="worker id in the shared queue (default host:pid) [env CACHEKEEPER_WORKER]")
-@click.option("--lease", default=30.0, show_default=True, metavar="SECONDS",
+@number("--lease", bound=bounds.LEASE, default=30.0, show_default=True,
               help="a claimed entry returns to the queue this long after its worker stops renewing it")
-@click.option("--heartbeat", default=5.0, show_default=True, metavar="SECONDS",
+@number("--heartbeat", bound=bounds.HEARTBEAT, default=5.0, show_default=True,
               help="how often a live worker renews its lease (shorter than --lease)")
 @click.option("--wait", is_flag=True, help="wait for entries other live workers are building")
 @click.option("--shard", metavar="I/N",
               help="build only shard I of N (N alone: I from JOB_COMPLETION_INDEX or AWS_BATCH_JOB_ARRAY_INDEX)")
-@click.option("--workers", type=int, help="parallel builds on this host (default: the config's build.workers)")
+@number("--workers", bound=bounds.WORKERS, help="parallel builds on this host (default: the config's build.workers)")
 @click.option("--verify-store", is_flag=True, help="also check the store for entries the catalog lists as built")
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign manifests with [env CACHEKEEPER_SIGNING_KEY]")
@@ -56,8 +66,9 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 
     settings = RunSettings(lease=LeaseSettings(lease, heartbeat), wait=wait, verify_store=verify_store,
                            worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers {workers}: at least one build must run")
+    if heartbeat >= lease:
+        raise UsageError(f"--heartbeat {heartbeat:g} must be shorter than --lease {lease:g}",
+                         "a lease that expires before its renewal loses the entry to another worker")
     config = required_config(config_path)
     if sign_key:
         from ..signing import SigningKey

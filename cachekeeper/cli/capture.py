@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .options import catalog_option, json_option, load_config, open_catalog, say, store_option, toolchain
+from .. import bounds
+from .options import catalog_option, json_option, load_config, number, open_catalog, say, store_option, toolchain
 
 if TYPE_CHECKING:
     from ..capture import CaptureReport
@@ -30,11 +31,12 @@ if TYPE_CHECKING:
 @catalog_option
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign the captured manifest [env CACHEKEEPER_SIGNING_KEY]")
-@click.option("--watch", type=float, metavar="SECONDS", help="publish every SECONDS until stopped (then once more)")
-@click.option("--settle", default=2.0, show_default=True, metavar="SECONDS",
+@number("--watch", bound=bounds.WATCH, help="publish every SECONDS until stopped (then once more)")
+@number("--settle", bound=bounds.SETTLE, default=2.0, show_default=True,
               help="a file counts as complete once its size and mtime held this long")
-@click.option("--lock-timeout", default=10.0, show_default=True, metavar="SECONDS")
-@click.option("--nice", default=10, show_default=True, help="CPU niceness, so capture never competes with the server")
+@number("--lock-timeout", bound=bounds.LOCK_TIMEOUT, default=10.0, show_default=True)
+@number("--nice", bound=bounds.NICE, default=10, show_default=True,
+        help="CPU niceness, so capture never competes with the server")
 @json_option
 def capture(dest: str, config_path: str | None, backend: str | None, device: str | None, pairs: tuple[str, ...],
             publish: bool, store_url: str | None, catalog_url: str | None, sign_key: str | None,
@@ -45,23 +47,27 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     from ..capture import capture as run
     from ..capture import never_hydrated
     from ..errors import UsageError
+    from ..hydrate.destdir import served_dir
     from ..hydrate.request import store_on_demand
     from ..hydrate.state import load_state
 
-    if watch is not None and (watch <= 0 or not publish):
-        raise UsageError("--watch needs --publish and a positive number of seconds")
+    if watch is not None and not publish:
+        raise UsageError("--watch needs --publish")
     if nice:
         os.nice(nice)
     config = load_config(config_path)
-    state = load_state(Path(dest)) if Path(dest).is_dir() else None
+    state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
     tc = toolchain(config, backend or state.backend, pairs, device)
+    dest = str(served_dir(Path(dest), tc.fingerprint.id))
     signing_key = None
     if publish and sign_key:
         from ..signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
-    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish and catalog_url else None
+    # The same default catalog as prebuild's, so `ls --captured`, `stats` and `coverage` see what the next
+    # hydrate pulls; an index that cannot be updated is a warning (the store already holds the set).
+    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish else None
     with store_on_demand(store_url, config) as store_fn:   # one store for every round, closed at the end
 
         def once() -> CaptureReport:
@@ -111,9 +117,10 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
         deadline = time.monotonic() + every
         while not stopping and time.monotonic() < deadline:
             time.sleep(min(0.2, every))
+        last = stopping   # a signal that lands during this round still gets a round after it
         try:
             _show(once(), True, as_json)
         except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
             say(f"warning: {exc.message}; kept for the next round")
-        if stopping:
+        if last:
             return

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .. import bounds
 from .options import (
     catalog_option,
     json_option,
     load_config,
+    number,
     opened_catalog,
     opened_store,
     required_config,
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="config for backend options")
 @click.option("--device", help="device for this host's fingerprint (cpu, cuda)")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+@number("--workers", bound=bounds.PLAN_WORKERS, default=1, show_default=True,
               help="parallel builders for the rebuild estimate")
 @click.option("--all", "show_all", is_flag=True, help="list every entry (default: the first 50 per side)")
 @catalog_option

@@ -43,10 +43,19 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.ObjectNotFound: Hint("the store lacks an object the index names; run `cachekeeper verify` or rebuild the entry"),
     e.UnsafePath: Hint("the manifest or archive is hostile or corrupt; do not use this store until it is inspected"),
     e.IntegrityError: Hint("a stored object does not match its digest; run `cachekeeper verify` and rebuild the entry"),
+    e.UntrustedManifest: Hint("sign the manifests with a key hydrate trusts (`cachekeeper prebuild --sign-key KEY`, "
+                              "public half in --trusted-key / CACHEKEEPER_TRUSTED_KEYS), or hydrate without "
+                              "--trusted-key",
+                              "trust key {key} (--trusted-key / CACHEKEEPER_TRUSTED_KEYS: its public key, from "
+                              "the publisher), or re-sign with a trusted key (`cachekeeper prebuild --sign-key`)"),
     e.ManifestError: Hint("the manifest is unreadable or of an unknown schema; rebuild the entry"),
     # catalog
     e.CatalogError: Hint("check the catalog URL (--catalog or CACHEKEEPER_CATALOG)"),
     e.CatalogUnreachable: Hint("check that the database is running and the URL's host, port and credentials are right"),
+    e.CatalogMissing: Hint("check --catalog / CACHEKEEPER_CATALOG; `cachekeeper prebuild CONFIG` creates the catalog, "
+                           "or `cachekeeper db upgrade` an empty one",
+                           "check the path; `cachekeeper prebuild CONFIG` creates the catalog, or "
+                           "`cachekeeper db upgrade --catalog {url}` an empty one"),
     e.CatalogNotMigrated: Hint("run `cachekeeper db upgrade` against this catalog",
                                "run `cachekeeper db upgrade` against {url}"),
     e.QueuePayloadError: Hint("run the same cachekeeper release on every prebuild worker of one catalog"),

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import bounds
 from .options import (
     catalog_option,
     json_option,
+    number,
     open_catalog,
     opened_catalog,
     opened_store,
@@ -54,7 +56,7 @@ def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, capt
         if lines is not None:
             _ls_write(lines, as_json)
             return
-    with opened_catalog(catalog_url, None) as catalog:
+    with opened_catalog(catalog_url, None, readonly=True) as catalog:
         if captured and not as_json:
             _ls_captured(catalog, fingerprint_id, backend, model)
         else:
@@ -92,7 +94,7 @@ def _ls_captured(catalog: Catalog, fingerprint_id: str | None, backend: str | No
 @json_option
 def stats(catalog_url: str | None, as_json: bool) -> None:
     """Entries and sizes per toolchain (from the catalog)."""
-    with opened_catalog(catalog_url, None) as catalog:
+    with opened_catalog(catalog_url, None, readonly=True) as catalog:
         rows = catalog.fingerprints()
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in rows], default=str))
@@ -123,7 +125,7 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
         with opened_store(store_url, config) as store:
             rows, captured = _coverage(config, fp_ids, store=store)
     else:
-        with opened_catalog(catalog_url, config) as catalog:
+        with opened_catalog(catalog_url, config, readonly=True) as catalog:
             rows, captured = _coverage(config, fp_ids, catalog=catalog)
     missing = [r for r in rows if not r["built"]]
     if as_json:
@@ -166,7 +168,7 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
 @catalog_option
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to bind; the page has no login: keep it local or behind an authenticating proxy")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@number("--port", bound=bounds.PORT, default=8765, show_default=True, help="0: any free port")
 @click.option("--root-path", default="", help="URL prefix when served behind a proxy under a sub-path")
 def dashboard(catalog_url: str | None, host: str, port: int, root_path: str) -> None:
     """Serve the read-only coverage dashboard (matrix, build queue, publishes, diffs)."""

@@ -7,11 +7,13 @@ Light: click and the stdlib at import; configs, stores and catalogs are imported
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ..bounds import Bound
 from ..hydrate.request import HostToolchain, host_toolchain, load_config, pick_backend
 
 if TYPE_CHECKING:
@@ -19,14 +21,51 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..stores.base import Store
 
-__all__ = ["backend_pairs", "catalog_option", "json_option", "load_config", "open_catalog", "open_store",
-           "opened_catalog", "opened_store", "required_config", "say", "store_option", "toolchain"]
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["Number", "backend_pairs", "catalog_option", "json_option", "load_config", "number", "open_catalog",
+           "open_store", "opened_catalog", "opened_store", "param_source", "required_config", "say", "store_option",
+           "toolchain"]
 
 store_option = click.option("--store", "store_url", envvar="CACHEKEEPER_STORE", metavar="URL",
                             help="file:///dir, s3://bucket/prefix or gs://bucket/prefix [env CACHEKEEPER_STORE]")
 catalog_option = click.option("--catalog", "catalog_url", envvar="CACHEKEEPER_CATALOG", metavar="URL",
                               help="sqlite:///file or postgresql+psycopg://... [env CACHEKEEPER_CATALOG]")
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
+
+
+class Number(click.ParamType):  # type: ignore[type-arg]
+    """A click type for one of the bounds in `bounds.py`. A bad value is one `error:` line naming its
+    source: the flag, or `env VAR` when the value came from the environment (the CLI's usage-error
+    handler in cli/__init__.py formats it)."""
+
+    def __init__(self, bound: Bound) -> None:
+        self.bound = bound
+        self.name = "integer" if bound.integer else "number"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | float:
+        try:
+            return self.bound.parse(value)
+        except ValueError as exc:
+            self.fail(f"{exc}; give {self.bound.describe()}", param, ctx)
+
+
+def number(*names: str, bound: Bound, **kw: Any) -> Callable[[F], F]:
+    """`click.option` for a bounded number (type and metavar from `bound`)."""
+    kw.setdefault("metavar", "SECONDS" if bound.unit == "seconds" else "N")
+    return click.option(*names, type=Number(bound), **kw)
+
+
+def param_source(ctx: click.Context, param: click.Parameter) -> str:
+    """Where a parameter's value came from, as an `error:` line names it."""
+    from click.core import ParameterSource
+
+    if param.name and ctx.get_parameter_source(param.name) == ParameterSource.ENVIRONMENT:
+        envvar = param.envvar if isinstance(param, click.Option) else None
+        if isinstance(envvar, str):
+            return f"env {envvar}"
+    opts = getattr(param, "opts", None) or [param.name or "?"]
+    return max(opts, key=len) if isinstance(param, click.Option) else (param.name or "?").upper()
 
 
 def say(msg: str) -> None:
@@ -71,7 +110,39 @@ def open_catalog(url: str | None, config: Config | None, *, readonly: bool = Fal
     back). The caller closes it; prefer `opened_catalog`."""
     from ..catalog import Catalog
 
-    return Catalog.open(url or (config.catalog if config else None), auto_migrate=False if readonly else None)
+    url = url or (config.catalog if config else None)
+    if readonly:
+        _require_existing(url)
+    return Catalog.open(url, auto_migrate=False if readonly else None)
+
+
+def _require_existing(url: str | None) -> None:
+    """Inspection never creates a catalog: a SQLite file that is not there (a typo, a fresh host) is one
+    error, not an empty catalog made on the spot."""
+    from ..catalog.settings import default_url
+    from ..errors import CatalogMissing
+
+    scheme, sep, rest = (url or default_url()).partition("://")
+    if scheme.partition("+")[0] != "sqlite" or not sep:
+        return
+    path = rest[1:].partition("?")[0]
+    if path and path != ":memory:" and not Path(path).is_file():
+        raise CatalogMissing(f"no catalog at {path}", url=f"sqlite:///{path}", path=path)
+
+
+def forget_in_catalog(url: str | None, keys: list[str]) -> int | None:
+    """After deleting manifests from the store: drop their catalog rows (the catalog follows the store).
+    None when there is no catalog to update (a SQLite file that was never made is not created for this)."""
+    from ..errors import CatalogMissing
+
+    if not keys:
+        return 0
+    try:
+        _require_existing(url)
+    except CatalogMissing:
+        return None
+    with opened_catalog(url, None) as catalog:
+        return catalog.forget_keys(keys)
 
 
 @contextlib.contextmanager

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from .. import bounds
 from . import cli
-from .options import json_option, opened_store, say, store_option
+from .options import catalog_option, forget_in_catalog, json_option, number, opened_store, say, store_option
 
 if TYPE_CHECKING:
     from ..gc import GcPlan
@@ -50,10 +52,11 @@ def _manifest_at(store: Store, key: str) -> str:
 
 @cli.command()
 @store_option
+@catalog_option
 @click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
 @click.option("--repair", is_flag=True, help="delete bad blobs and the manifests naming them, for prebuild to redo")
 @json_option
-def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
+def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
     from ..inventory import scan
     from ..verify import repair as repair_store
@@ -63,32 +66,43 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
         inventory = scan(store, debris=False)
         problems = list(verify_store(store, inventory, deep=deep))
         count = len(inventory.manifests) + len(inventory.unreadable)
-        if as_json:
-            click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems]}))
-        for p in problems:
-            click.echo(f"BAD  {p.key}: {p.what}")
-        say(f"verify: {count} manifests, {len(problems)} problems")
-        if problems and repair:
-            for key in repair_store(store, inventory, problems):
+        removed = list(repair_store(store, inventory, problems)) if problems and repair else []
+        forgotten = forget_in_catalog(catalog_url, [k for k in removed if k.startswith("manifests/")])
+        if as_json:   # one document, alone on stdout
+            click.echo(json.dumps({"manifests": count, "problems": [p.__dict__ for p in problems],
+                                   "removed": removed, "catalog_rows_removed": forgotten}))
+        else:
+            for p in problems:
+                click.echo(f"BAD  {p.key}: {p.what}")
+            for key in removed:
                 click.echo(f"removed  {key}")
-            say("verify: repaired; `cachekeeper prebuild --verify-store` rebuilds the removed entries "
-                 "(and `cachekeeper catalog rebuild` drops their rows)")
+        say(f"verify: {count} manifests, {len(problems)} problems")
+        if removed:
+            say(f"verify: repaired; {forgotten or 0} catalog rows removed, so `cachekeeper prebuild` rebuilds "
+                "those entries")
     if problems:
         sys.exit(1)
 
 
 @cli.command()
 @store_option
+@catalog_option
 @click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")
-@click.option("--min-age", default=3600.0, show_default=True, metavar="SECONDS",
+@number("--min-age", bound=bounds.MIN_AGE, default=3600.0, show_default=True,
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
+@click.option("--dest", "dests", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="reclaim a hydrated dest instead: the dirs of toolchains other than its current one")
+def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool,
+       as_json: bool, dests: tuple[str, ...]) -> None:
     """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
 
+    if dests:
+        _gc_dests([Path(d) for d in dests], execute, as_json)
+        return
     with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)
         (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)
@@ -96,6 +110,7 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
             say(f"warning: unreadable manifest kept: {key}")
         if execute:
             run_gc(store, plan)
+            forget_in_catalog(catalog_url, plan.delete_manifests)   # the catalog follows the store
         debris_note = store.debris_note
     say(f"gc: {len(plan.delete_manifests)} manifests, {len(plan.delete_blobs)} blobs "
          f"{'deleted' if execute else 'to delete (pass --run)'}; {plan.keep_blobs} blobs kept, "
@@ -108,6 +123,24 @@ def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bo
             "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),
             "blobs": len(plan.delete_blobs), "debris": len(plan.delete_debris), "kept_blobs": plan.keep_blobs,
             "young": plan.young, "young_debris": plan.young_debris, "unreadable": list(plan.unreadable)}}))
+
+
+def _gc_dests(dests: list[Path], execute: bool, as_json: bool) -> None:
+    """A dest's old toolchains (an image upgrade on a persistent disk): planned, or removed with --run."""
+    from ..hydrate.destdir import reclaim, reclaimable
+
+    total = count = 0
+    for dest in dests:
+        items = reclaimable(dest.absolute())
+        done = list(reclaim(dest.absolute(), items)) if execute else items
+        for item in done:
+            verb = "removed" if execute else "would remove"
+            click.echo(json.dumps({"action": "remove", "run": execute, "path": str(item.path), "bytes": item.bytes,
+                                   "why": item.why}) if as_json else f"{verb}  {item.path}  ({item.why})")
+        total += sum(i.bytes for i in done)
+        count += len(done)
+    say(f"gc: {count} old toolchain dirs/files of {len(dests)} dests, {total / (1 << 20):.1f} MiB "
+        + ("removed" if execute else "to remove (pass --run)"))
 
 
 def _gc_text_lines(plan: GcPlan, execute: bool) -> None:

@@ -18,6 +18,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from ..bounds import Bound
 from ..errors import ConfigError
 
 INT_TAG = "tag:yaml.org,2002:int"
@@ -185,21 +186,30 @@ class NodeReader:
             raise self.error(node, f"{what} {value!r} is not {expected}")
         return value
 
-    def integer(self, node: Node, what: str, minimum: int = 1) -> int:
+    def integer(self, node: Node, what: str, minimum: int = 1, bound: Bound | None = None) -> int:
         value = self.scalar(node)
         if not isinstance(value, int) or isinstance(value, bool):
             raise self.error(node, f"{what} must be an integer, got {describe(node)}")
         if value < minimum:
             raise self.error(node, f"{what} must be at least {minimum}, got {value}")
-        return value
+        return int(self.within(node, what, value, bound))
 
-    def seconds(self, node: Node, what: str) -> float:
+    def seconds(self, node: Node, what: str, bound: Bound | None = None) -> float:
         value = self.scalar(node)
         if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
             raise self.error(node, f"{what} must be a number of seconds, got {describe(node)}")
         if value <= 0:
             raise self.error(node, f"{what} must be positive, got {value}")
-        return float(value)
+        return float(self.within(node, what, value, bound))
+
+    def within(self, node: Node, what: str, value: float, bound: Bound | None) -> float:
+        """`value` inside `bound` (bounds.py, the same ceilings as the flags'), else an error at its line."""
+        if bound is None:
+            return value
+        try:
+            return bound.parse(value)
+        except ValueError as exc:
+            raise self.error(node, f"{what}: {exc}; give {bound.describe()}") from None
 
     def boolean(self, node: Node, what: str) -> bool:
         value = self.scalar(node)

@@ -16,6 +16,7 @@ from pathlib import Path
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import modes_for, registry
+from ..bounds import BUILD_TIMEOUT, DEADLINE, SIZE, WORKERS
 from ..errors import ConfigError, UsageError
 from ..spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.url import local_path, parse_store_url
@@ -99,6 +100,8 @@ class _Matrix:
 def _size_problem(value: int, name: str) -> str | None:
     if value <= 0:
         return f"{name} must be positive, got {value}"
+    if value > SIZE.high:
+        return f"{name} {value} is past the bound of {SIZE.high:g}"
     if name != "batch" and value % LATENT_MULTIPLE:
         return f"{name} {value} is not a multiple of {LATENT_MULTIPLE} (diffusers latents need it)"
     return None
@@ -126,10 +129,11 @@ class _Schema(NodeReader):
             backend_options=self.backend_options(top),
             store=self.store(top["store"][1]) if "store" in top else None,
             catalog=self.catalog(top["catalog"][1]) if "catalog" in top else None,
-            build_timeout=(self.seconds(build["timeout"][1], "build.timeout")
+            build_timeout=(self.seconds(build["timeout"][1], "build.timeout", BUILD_TIMEOUT)
                            if "timeout" in build else DEFAULT_BUILD_TIMEOUT),
-            build_workers=self.integer(build["workers"][1], "build.workers") if "workers" in build else 1,
-            hydrate_deadline=(self.seconds(hydrate["deadline"][1], "hydrate.deadline")
+            build_workers=(self.integer(build["workers"][1], "build.workers", bound=WORKERS)
+                           if "workers" in build else 1),
+            hydrate_deadline=(self.seconds(hydrate["deadline"][1], "hydrate.deadline", DEADLINE)
                               if "deadline" in hydrate else None),
             hydrate_best_effort=(self.boolean(hydrate["best_effort"][1], "hydrate.best_effort")
                                  if "best_effort" in hydrate else False),

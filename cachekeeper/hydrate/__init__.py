@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ..errors import (
     DestinationError,
     HydrateIncomplete,
+    LockBusy,
     NothingToHydrate,
     StoreError,
     ToolchainMismatch,
@@ -37,7 +38,17 @@ if TYPE_CHECKING:
     from .fetch import FetchStats
 from .plan import plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
-from .state import STATE_DIR, PlacedFile, State, file_key, load_state, save_state, stat_matches, state_dir
+from .state import (
+    STATE_DIR,
+    PlacedFile,
+    State,
+    drop_state,
+    file_key,
+    load_state,
+    save_state,
+    stat_matches,
+    state_dir,
+)
 
 __all__ = ["HydrateReport", "hydrate"]
 
@@ -57,6 +68,7 @@ class HydrateReport:
     retries: int = 0                     # read attempts retried (resets, stalls, 5xx)
     deadline_left: float | None = None   # seconds of the --deadline budget left at the end
     incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
+    nothing_built: bool = False          # best effort: the store has nothing of this toolchain to hydrate
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -110,9 +122,19 @@ def _guard_toolchain(dest: Path, state: State | None, fingerprint: Fingerprint) 
     if state is not None and state.fingerprint_id != fingerprint.id:
         raise ToolchainMismatch(
             f"{dest} holds artifacts of toolchain {state.fingerprint_id}; this host is {fingerprint.id}")
-    if state is None and any(p.name != STATE_DIR for p in dest.iterdir()):
+    if state is None and _holds_files(dest):
         raise ToolchainMismatch(f"{dest} already holds files cachekeeper did not place (unknown toolchain)",
                                 "hydrate into an empty directory; one directory holds one toolchain")
+
+
+def _holds_files(dest: Path) -> bool:
+    """Any file outside the state dir (empty directories a run that placed nothing left do not count)."""
+    for here, dirs, files in os.walk(dest):
+        if here == str(dest):
+            dirs[:] = [d for d in dirs if d != STATE_DIR]
+        if files or any(os.path.islink(os.path.join(here, d)) for d in dirs):
+            return True
+    return False
 
 
 def _still_in_place(state: State, pins: list[Pin], trusted_ids: set[str]) -> bool:
@@ -141,45 +163,64 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
     `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
-    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest).
+    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest). Best
+    effort covers nothing built for this toolchain (`nothing_built`), a failing store and a busy lock too.
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
     dest = dest.absolute()
-    _prepare_dest(dest)
     report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id)
+    try:
+        _hydrate(report, open_store, fingerprint, extra_roots, pins, models, verify, require_all, threads,
+                 trusted, budget, best_effort, progress)
+    except SOFT_ERRORS as exc:
+        if not best_effort:
+            raise
+        # Nothing built, a store that fails, the deadline, a busy lock: the server starts and compiles
+        # what is missing. Corrupt bytes, hostile manifests and an unusable dest are never softened.
+        report.incomplete = exc.message
+        report.nothing_built = isinstance(exc, NothingToHydrate)
+    return _finish(report, t0, budget)
+
+
+# What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error. A dir
+# that holds another toolchain's or foreign files is not softened: the server would read them.
+SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy)
+
+
+def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
+             extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
+             require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
+             best_effort: bool, progress: Callable[[FetchStats], None] | None) -> None:
+    dest = report.dest
+    _prepare_dest(dest)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
     with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
-        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids):
+        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids) \
+                and not _captured_since(open_store, fingerprint, state, pins, budget):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
-            return _finish(report, t0, budget)
-        if state is None:
-            # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
-            # midway is resumed (present files verified and adopted) rather than refused as foreign.
-            state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
-                          roots={k: str(v) for k, v in roots.items()})
-            save_state(dest, state)
+            return
         with contextlib.ExitStack() as stack:
             from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
-            try:
-                store, manifests = budget.run(
-                    lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
-                                              budget),
-                    "reading manifests")
-            except (StoreError, HydrateIncomplete) as exc:
-                if not best_effort:
-                    raise
-                report.incomplete = exc.message  # nothing placed: the server compiles what it needs
-                return _finish(report, t0, budget)
+            store, manifests, seen = budget.run(
+                lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
+                                          budget),
+                "reading manifests")
             stack.callback(store.close)   # the store this run opened: its clients and pools go with it
             joiner = SafeJoiner()
             plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker(joiner), joiner)
+            if state is None:
+                # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
+                # midway is resumed (present files verified and adopted) rather than refused as foreign.
+                # Only now: a run that found nothing to place (nothing built, a store down) claims nothing.
+                save_state(dest, State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                                       roots={k: str(v) for k, v in roots.items()}))
             # Only the roots this run writes to are created, marked live and swept.
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                 | {p.record.root for p in plan.check}
@@ -188,7 +229,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                                     roots=roots.values())
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
             applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
+            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen)
         _fill(report, applied, stats, len(have))
         broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
         report.missing += broken
@@ -202,7 +243,6 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
         if broken and require_all:
             raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
                                    "run `cachekeeper verify`, then prebuild the affected entries again")
-    return _finish(report, t0, budget)
 
 
 def _lock_wait(budget: Deadline) -> float:
@@ -230,13 +270,47 @@ def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Pa
 
 def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
                       models: set[str] | None, report: HydrateReport, require_all: bool,
-                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest]]:
+                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest], list[str]]:
     store = open_store()
     try:
-        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget)
+        # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
+        seen = _captured_names(store, fingerprint) if _takes_captured(pins) else []
+        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget), seen
     except BaseException:
         store.close()   # nothing to hydrate, a store error: the caller never sees this store to close it
         raise
+
+
+def _takes_captured(pins: list[Pin] | None) -> bool:
+    """A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones."""
+    return not any(p.digest for p in pins or ())
+
+
+def _captured_names(store: Store, fingerprint: Fingerprint) -> list[str]:
+    from ..layout import manifest_keys
+
+    return [mk.name for mk in manifest_keys(store, fingerprint.id, captured=True)]
+
+
+def _captured_since(open_store: Callable[[], Store], fingerprint: Fingerprint, state: State, pins: list[Pin],
+                    budget: Deadline) -> bool:
+    """Whether the store has a captured set this dest has not seen: one listing, no manifest read. A
+    store that does not answer leaves the no-op a no-op (everything wanted is in place)."""
+    if not _takes_captured(pins):
+        return False
+
+    def listed() -> list[str]:
+        store = open_store()
+        try:
+            return _captured_names(store, fingerprint)
+        finally:
+            store.close()
+
+    try:
+        names = budget.run(listed, "listing captured sets")
+    except (StoreError, HydrateIncomplete):
+        return False
+    return bool(set(names) - set(state.captured_seen) - set(state.manifests))
 
 
 def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: int) -> str:
@@ -276,7 +350,8 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
-          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str]) -> None:
+          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
+          captured_seen: list[str]) -> None:
     """Old entries that are still intact (this covers files the plan kept), plus what was just placed."""
     state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                   roots={k: str(v) for k, v in roots.items()})
@@ -289,6 +364,10 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     state.files.update(placed)
     state.manifests.update({m.name: m.digest for m in manifests})
     state.signed.update({m.name: trusted_ids for m in manifests})
+    state.captured_seen = sorted(set(captured_seen) | (set(old.captured_seen) if old else set()))
+    if old is None and not state.files and not state.manifests:
+        drop_state(dest)   # a run that placed nothing claims nothing: the next toolchain may use the dir
+        return
     save_state(dest, state)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from ..bounds import PART_MIB, checked_env
 from ..errors import (
     CachekeeperError,
     DestinationError,
@@ -43,7 +44,8 @@ from .state import PlacedFile
 FETCH_THREADS = 16
 # A blob this big is fetched as parallel ranged GETs of PART bytes (one stream is the known ceiling
 # on real object stores); CACHEKEEPER_PART_MIB=0 turns it off.
-PART = int(float(os.environ.get("CACHEKEEPER_PART_MIB", "32")) * (1 << 20))
+_PART_MIB = checked_env("CACHEKEEPER_PART_MIB", PART_MIB)
+PART = int((32 if _PART_MIB is None else _PART_MIB) * (1 << 20))
 # Files verified and waiting for their fsync + rename, and the threads doing those (fsyncs in flight
 # at once are what lets the disk merge their flushes; each waiting file holds a descriptor).
 COMMIT_THREADS = 16

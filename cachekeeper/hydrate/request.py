@@ -49,6 +49,8 @@ class HydrateRequest:
     dest: Path
     models: frozenset[str] | None = None    # only these models (listing mode; a config's pins are filtered)
     store_url: str | None = None            # None: the config's store, else the default
+    locked_fingerprint: str | None = None   # the toolchain a lockfile pins (checked when the hydrate runs)
+    lockfile: str | None = None
 
 
 def load_config(path: str | PathLike[str] | None) -> Config | None:
@@ -113,11 +115,19 @@ def trusted_keys(keys: Sequence[str]) -> tuple[PublicKey, ...]:
     return tuple(PublicKey.parse(k) for k in keys)
 
 
-def default_dest(name: str, fingerprint: Fingerprint) -> Path:
-    """Per-toolchain dir under the cachekeeper home: two toolchains never share (or fight over) one."""
+def default_dest(name: str) -> Path:
+    """Per-backend dir under the cachekeeper home; each toolchain has its own subdir in it (destdir.py)."""
     from ..stores import default_home
 
-    return default_home() / "hydrated" / f"{name}-{fingerprint.id}"
+    return default_home() / "hydrated" / name
+
+
+def served_path(dest: str | PathLike[str] | None, tc: HostToolchain) -> Path:
+    """The dir the runtime's env var names: the toolchain's own subdir of the dest (destdir.py)."""
+    from .destdir import toolchain_dir
+
+    target = Path(dest) if dest is not None else default_dest(tc.name)
+    return toolchain_dir(target.absolute(), tc.fingerprint.id)
 
 
 def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
@@ -159,17 +169,32 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
     pins: list[Pin] | None = None
     locked_fp = None
     if lockfile is not None:
-        backend, locked_fp, pins = read_lockfile(Path(lockfile))
+        if config is not None:
+            raise UsageError(f"config {config.source} and lockfile {lockfile} both name what to hydrate; "
+                             "a lockfile pins exact manifests, so give one of them")
+        locked_backend, locked_fp, pins = read_lockfile(Path(lockfile))
+        if backend and backend != locked_backend:
+            raise UsageError(f"backend {backend} and lockfile {lockfile} (which pins backend {locked_backend}) "
+                             "disagree; give one of them")
+        backend = locked_backend
+    if shapes and config is None:
+        raise UsageError("shapes select entries of a config, and no config is given")
     tc = host_toolchain(config, pick_backend(config, backend), options, device)
-    if locked_fp is not None and locked_fp != tc.fingerprint.id:
-        raise ToolchainMismatch(f"{lockfile} pins toolchain {locked_fp}; this host is {tc.fingerprint.id}",
-                                "regenerate the lockfile on a host like this one (`cachekeeper lock`)",
-                                path=str(lockfile), fingerprint=locked_fp)
     if config is not None and pins is None:
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
-    target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
-    return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url)
+    target = Path(dest) if dest is not None else default_dest(tc.name)
+    return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url, locked_fp,
+                          None if lockfile is None else str(lockfile))
+
+
+def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
+    locked, here = req.locked_fingerprint, req.toolchain.fingerprint.id
+    if locked is None or locked == here:
+        return None
+    return ToolchainMismatch(f"{req.lockfile} pins toolchain {locked}; this host is {here}",
+                             "regenerate the lockfile on a host like this one (`cachekeeper lock`)",
+                             path=req.lockfile, fingerprint=locked)
 
 
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
@@ -177,14 +202,31 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
                 progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
     hydrate settings apply unless the caller sets them."""
-    from . import hydrate
+    from .. import bounds
+    from . import HydrateReport, hydrate
+    from .destdir import claim_layout
 
     tc, config = req.toolchain, req.config
-    exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
-    report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
+    # The CLI's flags were checked by click; the Python API's arguments are checked here, with the same bounds.
+    threads = int(bounds.checked(threads, bounds.THREADS, "hydrate(threads=...)"))
+    if deadline is not None:
+        deadline = float(bounds.checked(deadline, bounds.DEADLINE, "hydrate(deadline=...)"))
+    best_effort = best_effort or bool(config and config.hydrate_best_effort)
+    if best_effort and require_all:
+        raise UsageError("require-all (fail on any miss) and best effort (the flag, env CACHEKEEPER_BEST_EFFORT or "
+                         "the config's hydrate.best_effort) contradict each other; drop one")
+    deadline = deadline if deadline is not None else (config.hydrate_deadline if config else None)
+    served = served_path(req.dest, tc)
+    exports = tc.backend.env_exports(served)  # before any download: it refuses env that ignores the dir
+    mismatch = _lock_mismatch(req)
+    if mismatch is not None:
+        if not best_effort:
+            raise mismatch
+        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=mismatch.message), exports
+    claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline)
+    report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=served,
                      extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
                      models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                     threads=threads, trusted=trusted_keys(trusted),
-                     deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
-                     best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress)
+                     threads=threads, trusted=trusted_keys(trusted), deadline=deadline, best_effort=best_effort,
+                     progress=progress)
     return report, exports

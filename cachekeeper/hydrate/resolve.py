@@ -184,3 +184,5 @@ def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
     except (ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: malformed lockfile ({exc})", "recreate it with `cachekeeper lock`",
                          path=str(path)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None

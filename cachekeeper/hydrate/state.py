@@ -38,11 +38,15 @@ class State:
     files: dict[str, PlacedFile] = field(default_factory=dict)    # "root/path" -> what we placed
     roots: dict[str, str] = field(default_factory=dict)           # root name -> absolute dir
     signed: dict[str, list[str]] = field(default_factory=dict)    # manifest name -> trusted key ids it passed
+    # Captured sets the store listed when this dest was last hydrated (applied or not): a no-op hydrate
+    # lists the captured sets once and does the full run only when one is not here. Optional in the file.
+    captured_seen: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return json.dumps({
             "v": STATE_VERSION, "fingerprint_id": self.fingerprint_id, "backend": self.backend,
             "manifests": self.manifests, "roots": self.roots, "signed": self.signed,
+            "captured_seen": sorted(self.captured_seen),
             "files": {k: [f.sha256, f.size, f.mtime_ns] for k, f in sorted(self.files.items())},
         }, sort_keys=True).encode()
 
@@ -60,6 +64,7 @@ def load_state(dest: Path) -> State | None:
         return State(
             fingerprint_id=d["fingerprint_id"], backend=d["backend"], manifests=dict(d["manifests"]),
             roots=dict(d.get("roots", {})), signed={k: list(v) for k, v in d.get("signed", {}).items()},
+            captured_seen=[str(n) for n in d.get("captured_seen", ())],
             files={k: PlacedFile(str(v[0]), int(v[1]), int(v[2])) for k, v in d["files"].items()},
         )
     except FileNotFoundError:
@@ -72,6 +77,11 @@ def load_state(dest: Path) -> State | None:
 
 def save_state(dest: Path, state: State) -> None:
     atomic_write_bytes(state_dir(dest) / "state.json", state.to_json())
+
+
+def drop_state(dest: Path) -> None:
+    """Unclaim `dest`: a run that placed nothing leaves no state naming its toolchain."""
+    (state_dir(dest) / "state.json").unlink(missing_ok=True)
 
 
 def stat_matches(path: Path, placed: PlacedFile) -> bool:

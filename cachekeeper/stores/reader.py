@@ -11,7 +11,6 @@ A store provides one primitive, `Store.open_range` (a single attempt, no retries
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -103,12 +102,10 @@ class RetryPolicy:
 def default_policy() -> RetryPolicy:
     """`CACHEKEEPER_STALL_TIMEOUT` (seconds without a byte before an attempt is abandoned) tunes the
     one knob a fleet may want to; the deadline caps it anyway."""
-    raw = os.environ.get("CACHEKEEPER_STALL_TIMEOUT", "")
-    try:
-        stall = float(raw) if raw else RetryPolicy.stall
-    except ValueError:
-        stall = RetryPolicy.stall
-    return RetryPolicy(stall=stall if stall > 0 else RetryPolicy.stall)
+    from ..bounds import STALL_TIMEOUT, checked_env
+
+    stall = checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # a typo is an error, never ignored
+    return RetryPolicy(stall=RetryPolicy.stall if stall is None else float(stall))
 
 
 class Body:

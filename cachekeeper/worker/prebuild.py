@@ -383,7 +383,8 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     config.require_model_paths(models)
     tcs = toolchains(config, entries)
     workers = settings.workers if settings.workers is not None else config.build_workers
-    envs = {name: slot_envs(tc.backend, tc.options, workers, config.source) for name, tc in tcs.items()}
+    setting = "build.workers" if settings.workers is None else "--workers"
+    envs = {name: slot_envs(tc.backend, tc.options, workers, config.source, setting) for name, tc in tcs.items()}
     if settings.shard is not None:
         entries = shard_entries(entries, tcs, settings.shard, store, catalog)
     report = PrebuildReport(swept=sweep_stale(settings.workdir_root), planned=len(entries))

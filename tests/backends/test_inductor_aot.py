@@ -92,9 +92,9 @@ def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
         {**env, "TMPDIR": str(tmp / "build-tmp")}, tmp)
     boot = {**env, "TMPDIR": str(tmp / "instance" / "tmp")}
     (tmp / "instance" / "tmp").mkdir(parents=True)
-    dest = tmp / "instance" / "ck"
-    run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(tmp / "aot.yaml"), "--dest", str(dest)],
-        boot, tmp / "instance")
+    hydrated = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(tmp / "aot.yaml"), "--dest",
+                    str(tmp / "instance" / "ck"), "--json"], boot, tmp / "instance")
+    dest = Path(json.loads(hydrated.stdout)["dest"])   # the toolchain's own dir under the dest
     return Instance(tmp, tmp / "models" / "tiny-flux", dest, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)})
 
 

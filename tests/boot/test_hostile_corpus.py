@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cachekeeper.hydrate.destdir import claim_layout, toolchain_dir
 from cachekeeper.manifest import MAX_MANIFEST_BYTES, blob_key
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
@@ -35,6 +36,11 @@ class Case:
     @property
     def dest(self) -> Path:
         return self.tmp / "dest"
+
+    @property
+    def served(self) -> Path:
+        """The toolchain's own dir under the dest, where hydrate places files (hydrate/destdir.py)."""
+        return toolchain_dir(self.dest, fingerprint().id)
 
     @property
     def manifest_path(self) -> Path:
@@ -64,7 +70,8 @@ class Case:
                        include=lambda r, rel, p: True).manifest.name
 
     def hydrated(self) -> None:
-        hydrate_into(lambda: self.store, self.dest, [self.name])
+        claim_layout(self.dest, fingerprint().id, "fake", lock_timeout=5)
+        hydrate_into(lambda: self.store, self.served, [self.name])
 
 
 def _nest(depth: int) -> Callable[[Case], None]:
@@ -85,26 +92,26 @@ def _replace_pack(c: Case) -> None:
 
 def _fifo(c: Case) -> None:
     c.hydrated()
-    (c.dest / "a/1.neff").unlink()
-    os.mkfifo(c.dest / "a/1.neff")
+    (c.served / "a/1.neff").unlink()
+    os.mkfifo(c.served / "a/1.neff")
 
 
 def _device(c: Case) -> None:
     c.hydrated()
-    (c.dest / "a/1.neff").unlink()
+    (c.served / "a/1.neff").unlink()
     try:
-        os.mknod(c.dest / "a/1.neff", 0o600 | 0o020000, os.makedev(1, 3))
+        os.mknod(c.served / "a/1.neff", 0o600 | 0o020000, os.makedev(1, 3))
     except PermissionError:
-        os.mkfifo(c.dest / "a/1.neff")  # unprivileged: the FIFO case again
+        os.mkfifo(c.served / "a/1.neff")  # unprivileged: the FIFO case again
 
 
 def _symlinked_parent(c: Case) -> None:
     c.hydrated()
-    for p in (c.dest / "b").iterdir():
+    for p in (c.served / "b").iterdir():
         p.unlink()
-    (c.dest / "b").rmdir()
+    (c.served / "b").rmdir()
     (c.tmp / "elsewhere").mkdir()
-    (c.dest / "b").symlink_to(c.tmp / "elsewhere")
+    (c.served / "b").symlink_to(c.tmp / "elsewhere")
 
 
 def _state_dir_is_a_file(c: Case) -> None:

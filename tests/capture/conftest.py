@@ -60,6 +60,10 @@ class World:
         report: dict[str, object] = json.loads(proc.stdout.splitlines()[0])
         return report
 
+    def served(self, dest: Path, *extra: str, **env: str) -> Path:
+        """Hydrate `dest`; the toolchain's own dir under it, where the runtime writes (hydrate/destdir.py)."""
+        return Path(str(self.hydrate(dest, *extra, **env)["dest"]))
+
     def capture(self, dest: Path, *extra: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
         return self.run("capture", "--dest", str(dest), "--settle", "0.05", *extra, ok=ok, **env)
 

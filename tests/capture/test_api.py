@@ -46,7 +46,9 @@ def test_hydrate_env_and_capture_from_python(host: World) -> None:
     report = cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
     assert isinstance(report, HydrateReport) and report.files_fetched == 3 and not report.missing
     assert hydrate_counts(report.manifests, report.missing) == {"hit": 1, "missed": 0, "captured": 0}
-    assert cachekeeper.env(config=host.config, dest=dest) == {"FAKE_CACHE_DIR": str(dest)}
+    assert report.dest == dest / report.fingerprint_id   # the toolchain's own dir (hydrate/destdir.py)
+    assert cachekeeper.env(config=host.config, dest=dest) == {"FAKE_CACHE_DIR": str(report.dest)}
+    dest = report.dest
 
     runtime_writes(dest, "new/b.neff", b"runtime")
     listed = cachekeeper.capture(dest, config=host.config, settle=0.05)
@@ -107,7 +109,7 @@ def test_capture_and_hydrate_close_the_store_they_opened(host: World, monkeypatc
     closed: list[str] = []
     monkeypatch.setattr(FileStore, "close", lambda self: closed.append(self.url))
     dest = host.tmp / "dest"
-    cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
+    dest = cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url).dest
     assert len(closed) == 1
     runtime_writes(dest, "new/c.neff", b"runtime")
     cachekeeper.capture(dest, config=host.config, settle=0.05)   # no --publish: no store opened, none closed

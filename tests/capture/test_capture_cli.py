@@ -20,7 +20,7 @@ import pytest
 
 from cachekeeper.publish import publish
 from cachekeeper.stores import open_store
-from tests.fakes import FakeBackend
+from tests.fakes import FakeBackend, served
 from tests.harness.seaweedfs import S3Server
 
 from .conftest import World, one_error, runtime_writes
@@ -28,7 +28,7 @@ from .conftest import World, one_error, runtime_writes
 
 def test_capture_lists_only_complete_files_the_runtime_added(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"compiled at runtime")
     (dest / "new" / ".b.neff.99.tmp").write_bytes(b"half")          # a runtime temp, not yet renamed
     (dest / "new" / "b.lock").write_bytes(b"")                     # the backend's include() drops locks
@@ -45,7 +45,7 @@ def test_capture_lists_only_complete_files_the_runtime_added(world: World) -> No
 
 def test_a_published_set_is_hydrated_by_the_next_host_and_is_not_captured_twice(world: World) -> None:
     d1, d2 = world.tmp / "d1", world.tmp / "d2"
-    world.hydrate(d1)
+    d1 = world.served(d1)
     runtime_writes(d1, "new/a.neff", b"shape B graph")
     report = json.loads(world.capture(d1, "--publish", "--json").stdout)
     assert report["files"] == ["new/a.neff"] and report["created"] is True
@@ -58,6 +58,7 @@ def test_a_published_set_is_hydrated_by_the_next_host_and_is_not_captured_twice(
     assert doc["provenance"]["extends"] == [world.spec.key]
 
     hydrated = world.hydrate(d2)
+    d2 = Path(str(hydrated["dest"]))
     assert report["manifest"] in hydrated["manifests"]  # type: ignore[operator]
     assert (d2 / "new" / "a.neff").read_bytes() == b"shape B graph"
     assert world.capture(d2).stdout == "", "what hydrate placed is never captured again"
@@ -68,14 +69,12 @@ def test_a_published_set_is_hydrated_by_the_next_host_and_is_not_captured_twice(
 def test_hosts_that_capture_the_same_new_graph_converge_on_the_first_publish(world: World) -> None:
     hosts = [world.tmp / "h1", world.tmp / "h2"]
     for i, dest in enumerate(hosts):
-        world.hydrate(dest)
-        runtime_writes(dest, "new/g.neff", f"bytes from host {i}".encode())  # same path, other bytes
+        runtime_writes(world.served(dest), "new/g.neff", f"bytes from host {i}".encode())  # same path, other bytes
     first = json.loads(world.capture(hosts[0], "--publish", "--json").stdout)
     second = json.loads(world.capture(hosts[1], "--publish", "--json").stdout)
     assert first["manifest"] == second["manifest"] and first["created"] and not second["created"]
     assert len(world.captured_keys()) == 1
-    world.hydrate(world.tmp / "h3")
-    assert (world.tmp / "h3" / "new" / "g.neff").read_bytes() == b"bytes from host 0"
+    assert (world.served(world.tmp / "h3") / "new" / "g.neff").read_bytes() == b"bytes from host 0"
 
 
 def test_a_dest_that_was_never_hydrated_is_refused(world: World) -> None:
@@ -87,7 +86,7 @@ def test_a_dest_that_was_never_hydrated_is_refused(world: World) -> None:
 
 def test_a_dest_hydrated_for_another_toolchain_is_refused(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"x")
     proc = world.capture(dest, "--publish", ok=False, FAKE_TOOLCHAIN="2")
     assert proc.returncode == 6 and "was hydrated for toolchain" in one_error(proc)
@@ -96,7 +95,7 @@ def test_a_dest_hydrated_for_another_toolchain_is_refused(world: World) -> None:
 
 def test_files_still_being_written_publish_nothing(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/done.neff", b"complete")
     growing = dest / "new" / "growing.neff"
     stop = threading.Event()
@@ -127,7 +126,7 @@ def _chattr(flag: str, path: Path) -> bool:
 
 def test_a_store_without_write_permission_names_the_missing_permission_and_keeps_the_list(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"x" * 5000)
     if shutil.which("chattr") is None or not _chattr("+i", world.store_dir):
         pytest.skip("this filesystem has no immutable flag (chattr +i), and root ignores mode bits")
@@ -148,7 +147,7 @@ def test_a_store_without_write_permission_names_the_missing_permission_and_keeps
 
 def test_an_unreachable_store_fails_fast_and_the_next_run_publishes(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"x")
     t0 = time.monotonic()
     proc = world.capture(dest, "--publish", "--store", "s3://bucket/ck", ok=False,
@@ -162,7 +161,7 @@ def test_an_unreachable_store_fails_fast_and_the_next_run_publishes(world: World
 
 def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> None:
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "capture", "--dest", str(dest), "--publish",
                              "--watch", "0.2", "--settle", "0.05", "--nice", "0"], env=world.vars, cwd=world.tmp,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -179,7 +178,7 @@ def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err, err
-    assert len(world.captured_keys()) == 2
+    assert len(world.captured_keys()) == 2, err
 
 
 def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(world: World) -> None:
@@ -191,16 +190,15 @@ def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(
         from cachekeeper.stores.file import FileStore
         publish_signature(FileStore(world.store_dir), SigningKey.load(key), p.read_bytes())
     signed, unsigned = world.tmp / "s", world.tmp / "u"
-    for dest in (signed, unsigned):
-        world.hydrate(dest)
-    runtime_writes(signed, "new/signed.neff", b"s")
-    runtime_writes(unsigned, "new/unsigned.neff", b"u")
+    runtime_writes(world.served(signed), "new/signed.neff", b"s")
+    runtime_writes(world.served(unsigned), "new/unsigned.neff", b"u")
     world.capture(signed, "--publish", "--sign-key", str(key))
     world.capture(unsigned, "--publish")
 
     report = world.hydrate(world.tmp / "trusting", "--trusted-key", public)
-    assert (world.tmp / "trusting" / "new" / "signed.neff").exists()
-    assert not (world.tmp / "trusting" / "new" / "unsigned.neff").exists()
+    trusting = Path(str(report["dest"]))
+    assert (trusting / "new" / "signed.neff").exists()
+    assert not (trusting / "new" / "unsigned.neff").exists()
     assert sum(str(m).startswith("captured/") for m in report["manifests"]) == 1  # type: ignore[attr-defined]
 
 
@@ -215,7 +213,7 @@ def test_an_s3_bucket_that_denies_put_object_is_named_with_the_permission(world:
     publish(store, fingerprint=FakeBackend().fingerprint({}), spec=world.spec, roots={"cache": built},
             include=FakeBackend().include)
     dest = world.tmp / "s3-host"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"runtime")
     deny = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Principal": "*", "Action": ["s3:PutObject"],
                                                     "Resource": [f"arn:aws:s3:::{bucket}/*"]}]}
@@ -236,7 +234,7 @@ def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishin
     from cachekeeper.fsutil import FileLock
 
     dest = world.tmp / "d1"
-    world.hydrate(dest)
+    dest = world.served(dest)
     runtime_writes(dest, "new/a.neff", b"x")
     with FileLock(dest / ".cachekeeper" / "lock"):  # what a running hydrate holds while it places files
         proc = world.capture(dest, "--publish", "--lock-timeout", "0.3", ok=False)
@@ -246,7 +244,7 @@ def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishin
 
 def test_a_lockfile_pins_the_captured_sets_of_its_time_and_no_newer_ones(world: World) -> None:
     d1 = world.tmp / "d1"
-    world.hydrate(d1)
+    d1 = world.served(d1)
     runtime_writes(d1, "new/x.neff", b"before the lock")
     first = json.loads(world.capture(d1, "--publish", "--json").stdout)["manifest"]
     lockfile = world.tmp / "ck.lock"
@@ -258,6 +256,7 @@ def test_a_lockfile_pins_the_captured_sets_of_its_time_and_no_newer_ones(world: 
 
     locked = world.tmp / "locked"
     world.run("hydrate", "--lockfile", str(lockfile), "--dest", str(locked))
+    locked = served(locked)
     assert (locked / "new" / "x.neff").exists() and not (locked / "new" / "y.neff").exists()
-    world.hydrate(world.tmp / "latest")  # a config hydrate takes every captured set
-    assert (world.tmp / "latest" / "new" / "y.neff").exists()
+    # a config hydrate takes every captured set
+    assert (world.served(world.tmp / "latest") / "new" / "y.neff").exists()

@@ -58,6 +58,7 @@ def test_ls_stats_coverage_and_hydrate_show_captured_sets(world: World, tmp_path
     catalog_url = f"sqlite:///{tmp_path / 'catalog.db'}"
     d1 = world.tmp / "d1"
     first = world.hydrate(d1)
+    d1 = Path(str(first["dest"]))   # the toolchain's own dir under the dest
     assert first["counts"] == {"hit": 1, "missed": 0, "captured": 0}
     runtime_writes(d1, "new/a.neff", b"shape B")
     runtime_writes(d1, "new/b.neff", b"shape B, second kernel")

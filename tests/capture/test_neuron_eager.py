@@ -78,17 +78,17 @@ def test_new_eager_ops_captured_on_one_host_are_loaded_by_the_next(tmp_path: Pat
     publish(FileStore(store), fingerprint=backend.fingerprint(config.backend_options_for("neuron")),
             spec=config.entries()[0].spec, roots={"cache": tmp_path / "build" / "cache"}, include=backend.include)
 
-    host1 = tmp_path / "host1" / "neff"
-    cachekeeper(env, "hydrate", "--config", str(config_path), "--dest", str(host1))
+    host1 = Path(json.loads(cachekeeper(env, "hydrate", "--config", str(config_path), "--dest",
+                                        str(tmp_path / "host1" / "neff"), "--json").stdout)["dest"])
     first = serve(env, host1, 128, 64)   # shape B: new ops compile at runtime, next to the hydrated NEFFs
     assert first["compiled"] > 0 and first["loaded"] > 0
     captured = json.loads(cachekeeper(env, "capture", "--config", str(config_path), "--dest", str(host1),
                                       "--publish", "--settle", "0.2", "--json").stdout)
     assert len(captured["files"]) == first["compiled"] and all(f.endswith(".neff") for f in captured["files"])
 
-    host2 = tmp_path / "host2" / "neff"
-    report = json.loads(cachekeeper(env, "hydrate", "--config", str(config_path), "--dest", str(host2),
-                                    "--json").stdout.splitlines()[0])
+    report = json.loads(cachekeeper(env, "hydrate", "--config", str(config_path), "--dest",
+                                    str(tmp_path / "host2" / "neff"), "--json").stdout.splitlines()[0])
+    host2 = Path(report["dest"])
     assert report["counts"] == {"hit": 1, "missed": 0, "captured": 1}
     second = serve(env, host2, 128, 64)
     assert second["compiled"] == 0 and second["loaded"] == first["compiled"] + first["loaded"]

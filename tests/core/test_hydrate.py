@@ -50,14 +50,30 @@ def test_hydrate_reproduces_the_build_byte_for_byte(store: FileStore, published:
     assert report.files_fetched == len(BUILD) and not report.noop
 
 
-def test_a_repeat_hydrate_is_a_noop_that_does_not_open_the_store(store: FileStore, published: Manifest,
-                                                                 tmp_path: Path) -> None:
+def test_a_repeat_hydrate_of_a_lockfile_is_a_noop_that_does_not_open_the_store(
+        store: FileStore, published: Manifest, tmp_path: Path) -> None:
     _hydrate(store, tmp_path / "dest", pins=[Pin(published.name)])
 
     def no_store() -> FileStore:
         raise AssertionError("the store was opened on a no-op hydrate")
 
     report = hydrate(open_store=no_store, fingerprint=fingerprint(), dest=tmp_path / "dest", extra_roots={},
+                     pins=[Pin(published.name, published.digest)])
+    assert report.noop and report.files_total == len(BUILD)
+
+
+def test_a_repeat_hydrate_whose_store_is_down_is_still_a_noop(store: FileStore, published: Manifest,
+                                                              tmp_path: Path) -> None:
+    """A config hydrate lists captured sets once on a no-op (tests/capture/test_captured_later.py); a
+    store that does not answer then leaves what is in place in place."""
+    from cachekeeper.errors import StoreUnreachable
+
+    _hydrate(store, tmp_path / "dest", pins=[Pin(published.name)])
+
+    def down() -> FileStore:
+        raise StoreUnreachable("the endpoint does not answer")
+
+    report = hydrate(open_store=down, fingerprint=fingerprint(), dest=tmp_path / "dest", extra_roots={},
                      pins=[Pin(published.name)])
     assert report.noop and report.files_total == len(BUILD)
 

@@ -47,10 +47,10 @@ def test_a_server_running_the_pipeline_on_a_hydrated_dir_compiles_nothing(
     instance = tmp / f"instance-{model}"   # a fresh host: empty TMPDIR, another working directory
     (instance / "tmp").mkdir(parents=True)
     boot = {**env, "TMPDIR": str(instance / "tmp")}
-    dest = instance / "ck"
-    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest),
-                   "--json"], boot, instance)
+    hydrate = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
+                   str(instance / "ck"), "--json"], boot, instance)
     assert not json.loads(hydrate.stdout.splitlines()[0])["missing"]
+    dest = Path(json.loads(hydrate.stdout.splitlines()[0])["dest"])   # the toolchain's own dir under the dest
     served = run([sys.executable, str(REPO / "examples" / "serve_pipeline.py"), str(tmp / "models" / model),
                   "--height", "64", "--width", "64", "--max-sequence-length", "16", "--guidance-scale", "1.0",
                   "--prompt", "any other text, longer than the warm-up's", "--steps", "3", "--seed", "7"],
