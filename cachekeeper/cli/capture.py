@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 @click.option("--backend", help="backend (default: the one the dest was hydrated for)")
 @click.option("--device", help="device the inference runs on, for the fingerprint (as hydrate)")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option (as hydrate)")
-@click.option("--publish", is_flag=True, help="publish the new files as a captured set for this toolchain")
+@click.option("--publish", is_flag=True, help="publish the new files as a captured set for this toolchain; only "
+              "with `capture: publish` in the config (every host runs what a serving host writes back)")
 @store_option
 @catalog_option
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
@@ -43,7 +44,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
     from ..capture import capture as run
-    from ..capture import never_hydrated
+    from ..capture import never_hydrated, require_publish_allowed
     from ..errors import UsageError
     from ..hydrate.request import store_on_demand
     from ..hydrate.state import load_state
@@ -53,6 +54,8 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     if nice:
         os.nice(nice)
     config = load_config(config_path)
+    if publish:
+        require_publish_allowed(config)
     state = load_state(Path(dest)) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))

@@ -105,12 +105,13 @@ def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) 
     return [e for e in entries if e.spec.shape.label() in shapes]
 
 
-def trusted_keys(keys: Sequence[str]) -> tuple[PublicKey, ...]:
-    if not keys:
+def trusted_keys(keys: Sequence[str], capture_keys: Sequence[str] = ()) -> tuple[PublicKey, ...]:
+    """Builder keys (`keys`) and capture keys, each with its role (signing.keyring)."""
+    if not keys and not capture_keys:
         return ()
-    from ..signing import PublicKey
+    from ..signing import keyring
 
-    return tuple(PublicKey.parse(k) for k in keys)
+    return keyring(keys, capture_keys)
 
 
 def default_dest(name: str, fingerprint: Fingerprint) -> Path:
@@ -174,6 +175,7 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
 
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
                 trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
+                capture_keys: Sequence[str] = (),
                 progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
     hydrate settings apply unless the caller sets them."""
@@ -184,7 +186,7 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
                      extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
                      models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                     threads=threads, trusted=trusted_keys(trusted),
+                     threads=threads, trusted=trusted_keys(trusted, capture_keys),
                      deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
                      best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress)
     return report, exports
