@@ -165,8 +165,8 @@ def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> 
     dest = world.tmp / "d1"
     world.hydrate(dest)
     proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "capture", "--config", str(world.config), "--dest",
-                             str(dest), "--publish", "--watch", "0.2", "--settle", "0.05", "--nice", "0"], env=world.vars, cwd=world.tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(dest), "--publish", "--watch", "0.2", "--settle", "0.05", "--nice", "0"],
+                            env=world.vars, cwd=world.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         runtime_writes(dest, "new/first.neff", b"1")
         deadline = time.monotonic() + 30
