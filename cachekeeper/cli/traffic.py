@@ -196,13 +196,18 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
                 click.echo(f"toolchain {fp_id} ({name}):")
                 for s in mine:
                     click.echo(f"  {s.line()}")
-    say(f"suggest: {len(ranked)} shapes served but not prebuilt, from {len(reports)} reports")
+    say(f"suggest: {_n(len(ranked), 'shape')} served but not prebuilt, from {_n(len(reports), 'report')}")
     if apply_ and ranked:
         additions: dict[str, list[object]] = {}
         for s in ranked:
             additions.setdefault(s.model, []).append(s.shape)
         edit.write(edit.add_shapes(config, additions))  # type: ignore[arg-type]
-        say(f"suggest: added {len(ranked)} shapes to {config_path}; `cachekeeper prebuild {config_path}` builds them")
+        say(f"suggest: added {_n(len(ranked), 'shape')} to {config_path}; `cachekeeper prebuild {config_path}` "
+            "builds them")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _unknown_models(reports: list[Report], config: Config) -> list[str]:
