@@ -227,7 +227,7 @@ def read_reports(store: Store, fingerprint_id: str | None = None, since: str = "
 
     reports: list[Report] = []
     skipped: list[str] = []
-    for rk in report_keys(store, fingerprint_id, since):
+    for rk in sorted(report_keys(store, fingerprint_id, since)):   # oldest first, whatever the listing order
         try:
             data = read_bytes(store, rk.key, limit=MAX_REPORT_BYTES)
         except ObjectNotFound:

@@ -31,7 +31,7 @@ class Suggestion:
     def line(self) -> str:
         """"add 768x1360x1 to model flux: 1,204 calls, 37 hosts compiled it, 41 min of compile"."""
         hosts = len(self.hosts)
-        return (f"add {self.shape.label()} to model {self.model}: {self.calls:,} calls, "
+        return (f"add {self.shape.label()} to model {self.model}: {self.calls:,} call{'' if self.calls == 1 else 's'}, "
                 f"{hosts:,} host{'' if hosts == 1 else 's'} compiled it, {_duration(self.compile_s)} of compile")
 
     def to_dict(self) -> dict[str, object]:
