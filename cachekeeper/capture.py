@@ -385,10 +385,10 @@ def require_publish_allowed(config: Config | None) -> None:
     """Publishing captured sets is opt-in: every host of the toolchain runs what a serving host writes
     back, so one compromised or buggy server could put code on the whole fleet."""
     if config is None or not config.capture_publish:
-        where = f"{config.source} does not say" if config is not None else "no config (--config) says"
-        raise UsageError(f"capture --publish is off: {where} `capture: publish`",
-                         "serving hosts report misses instead (`cachekeeper report`, then `cachekeeper suggest`); "
-                         "a single-tenant fleet that accepts the risk sets `capture: publish` in its config")
+        where = f"{config.source} does not say" if config is not None else "no config given says"
+        raise UsageError(f"publishing captured sets is off: {where} `capture: publish`",
+                         "serving hosts report misses instead (report, then suggest, then the builder); a "
+                         "single-tenant fleet that accepts the risk sets `capture: publish` in its config")
 
 
 def write_permission_hint(store_url: str) -> str:

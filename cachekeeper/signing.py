@@ -81,10 +81,10 @@ def keyring(builder: Iterable[str], capture: Iterable[str] = ()) -> tuple[Public
     if both:
         raise UsageError(f"key {sorted(both)[0]} is listed as a capture key and as a builder (trusted) key; "
                          "a serving host's key must never sign prebuilt manifests",
-                         "list each key once: builder keys in --trusted-key, serving hosts' keys in --capture-key")
+                         "list each key once: builders' keys as trusted keys, serving hosts' keys as capture keys")
     if captures and not builders:
-        raise UsageError("capture keys were given without any builder key (--trusted-key)",
-                         "add the builders' public keys with --trusted-key")
+        raise UsageError("capture keys were given without any builder (trusted) key",
+                         "add the builders' public keys as trusted keys")
     return builders + captures
 
 

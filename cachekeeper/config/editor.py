@@ -72,7 +72,7 @@ class ConfigEdit:
             now = ""
         if now != self.digest:
             raise UsageError(f"{self.path} changed since it was read; nothing was written",
-                             "run suggest --apply again on the current file", path=str(self.path))
+                             "apply the suggestions again to the current file", path=str(self.path))
         atomic_write_bytes(self.path, text.encode("utf-8"))
 
     def _load(self) -> tuple[Any, Any]:

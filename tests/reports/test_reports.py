@@ -203,7 +203,7 @@ def ck(tmp: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[st
     (("suggest", "CONFIG", "--since", "0d"), "--since must be a positive duration"),
     (("suggest", "CONFIG", "--since", "400d"), "--since must be a positive duration"),
     (("suggest", "CONFIG", "--since", "7 weeks"), "--since must be a positive duration"),
-    (("capture", "--config", "CONFIG", "--dest", "DEST", "--publish"), "capture --publish is off"),
+    (("capture", "--config", "CONFIG", "--dest", "DEST", "--publish"), "publishing captured sets is off"),
 ])
 def test_bad_flags_are_one_error_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], says: str) -> None:
     (tmp_path / "model").mkdir()
