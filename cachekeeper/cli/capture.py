@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -101,22 +98,7 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
     """Publish every `every` seconds; a failed round (store down, files in flight) keeps its list for the
     next one. SIGTERM (pod or unit stopping) ends the wait early and runs one last round."""
     from ..errors import CaptureError, LockBusy, StoreError
+    from .rounds import every as rounds
 
-    stopping = False
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        deadline = time.monotonic() + every
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.2, every))
-        try:
-            _show(once(), True, as_json)
-        except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
-            say(f"warning: {exc.message}; kept for the next round")
-        if stopping:
-            return
+    # store down, files in flight, a hydrate running
+    rounds(every, lambda: _show(once(), True, as_json), (StoreError, CaptureError, LockBusy), "kept for the next round")

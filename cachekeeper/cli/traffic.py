@@ -11,11 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -94,7 +91,10 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
         if interval is None:
             once()
         else:
-            _every(once, interval)
+            from ..errors import StoreError
+            from .rounds import every as rounds
+
+            rounds(interval, once, (StoreError,), "the calls are kept for the next round")
 
 
 def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Callable[[], object],
@@ -119,30 +119,6 @@ def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Calla
                                "compiled": sum(r.compiled for r in rep.rows), "dropped": rep.dropped}))
     say(f"report: {len(taken.records)} calls in {len(rep.rows)} rows "
         f"({sum(r.compiled for r in rep.rows)} compiled) -> {store.url}/{key}")
-
-
-def _every(once: Callable[[], None], every: float) -> None:
-    """One report per interval; SIGTERM (the server stopping) ends the wait and sends what is left."""
-    from ..errors import StoreError
-
-    stopping = False
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        deadline = time.monotonic() + every
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.2, every))
-        try:
-            once()
-        except StoreError as exc:
-            say(f"warning: {exc.message}; the calls are kept for the next round")
-        if stopping:
-            return
 
 
 # --- suggest ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cachekeeper.config import parse_config
 from cachekeeper.config.editor import ConfigEdit
-from cachekeeper.errors import UsageError
+from cachekeeper.errors import ConfigError, UsageError
 from cachekeeper.layout import ReportKey, parse_report_key, report_key
 from cachekeeper.reports import MAX_REPORT_BYTES, MAX_ROWS, Report, build_report, claim, decode, read_reports
 from cachekeeper.spec import Shape
@@ -236,3 +236,46 @@ def test_report_imports_no_torch_and_an_empty_spool_writes_nothing(tmp_path: Pat
     again = ck(tmp_path, "report", "--config", str(config), "--spool", str(tmp_path / "spool"))
     assert "nothing served" in again.stderr
     assert len(list((tmp_path / "store" / "reports").rglob("*.json"))) == 1
+
+
+def test_the_report_sidecar_writes_at_most_one_report_per_interval_and_the_rest_when_stopped(
+        tmp_path: Path) -> None:
+    import signal
+    import time
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "store").mkdir()
+    config = tmp_path / "ck.yaml"
+    config.write_text(fake_config(tmp_path / "model"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEKEEPER_")}
+    env.update(ENABLE, PYTHONPATH=str(REPO), CACHEKEEPER_STORE=f"file://{tmp_path / 'store'}")
+    proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "report", "--config", str(config), "--spool",
+                             str(tmp_path / "spool"), "--watch", "1"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spool = Spool(tmp_path / "spool")
+    t0 = time.monotonic()
+    served = 0
+    while time.monotonic() - t0 < 3.5:      # a busy server: a call every 20 ms
+        spool.append(call(compiled=served == 0))
+        served += 1
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    elapsed = time.monotonic() - t0
+    reports, skipped = read_reports(FileStore(tmp_path / "store"), None)
+    assert skipped == [] and 2 <= len(reports) <= int(elapsed) + 1, "one per interval, plus the last round"
+    assert sum(r.calls for rep in reports for r in rep.rows) == served, "every call reported once"
+
+
+@pytest.mark.parametrize("value", ["pub", "yes", "3", "off"])
+def test_the_capture_key_takes_report_or_publish_only(tmp_path: Path, value: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in ENABLE.items():
+        monkeypatch.setenv(k, v)
+    text = fake_config(tmp_path) + f"capture: {value}\n"
+    with pytest.raises(ConfigError, match=r"ck\.yaml:\d+: config capture must be") as info:
+        parse_config(text, str(tmp_path / "ck.yaml"))
+    assert "\n" not in str(info.value)
+    assert parse_config(fake_config(tmp_path) + "capture: publish\n", str(tmp_path / "ck.yaml")).capture_publish
+    assert not parse_config(fake_config(tmp_path), str(tmp_path / "ck.yaml")).capture_publish
