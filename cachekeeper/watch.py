@@ -79,16 +79,32 @@ def cache_dirs_from_env(env: Mapping[str, str] | None = None) -> list[Path]:
     return [Path(env[name]) for name in CACHE_ENVS if env.get(name) and "://" not in env[name]]
 
 
-def cache_files(dirs: Iterable[Path]) -> set[str]:
-    """Complete files under the cache dirs: runtimes' temp names and locks are not compiled output."""
+def cache_counts(dirs: Iterable[Path]) -> dict[str, int]:
+    """Complete files per directory under the cache dirs (runtimes' temp names and locks are not compiled
+    output). Counts, not name sets: a serving call pays one listing per directory, nothing kept per file."""
     from .capture import is_runtime_temp
 
-    found: set[str] = set()
-    for root in dirs:
-        for dirpath, dirnames, files in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != ".cachekeeper"]   # hydrate's state, not the runtime's
-            found.update(os.path.join(dirpath, f) for f in files if not is_runtime_temp(f))
-    return found
+    counts: dict[str, int] = {}
+    stack = [str(d) for d in dirs]
+    while stack:
+        here = stack.pop()
+        n = 0
+        try:
+            with os.scandir(here) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name != ".cachekeeper":   # hydrate's state, not the runtime's
+                            stack.append(entry.path)
+                    elif not is_runtime_temp(entry.name):
+                        n += 1
+        except OSError:
+            continue   # not there (yet): the runtime creates it on its first compile
+        counts[here] = n
+    return counts
+
+
+def new_files(before: Mapping[str, int], after: Mapping[str, int]) -> int:
+    return sum(max(0, n - before.get(d, 0)) for d, n in after.items())
 
 
 def inductor_compiles() -> int | None:
@@ -159,15 +175,15 @@ class Watched:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         d = self.__dict__
         pipe, dirs, counter = d["_ck_pipe"], d["_ck_dirs"], d["_ck_counter"]
-        before, compiles = cache_files(dirs), counter()
+        before, compiles = cache_counts(dirs), counter()
         t0 = time.perf_counter()
         out = pipe(*args, **kwargs)
         wall = time.perf_counter() - t0
-        new_files = len(cache_files(dirs) - before)
+        added = new_files(before, cache_counts(dirs))
         after = counter()
         by_counter = compiles is not None and after is not None and after > compiles
         d["_ck_spool"].append(CallRecord(model=d["_ck_model"], **call_arguments(pipe, args, kwargs),
-                                         compiled=new_files > 0 or by_counter, new_files=new_files,
+                                         compiled=added > 0 or by_counter, new_files=added,
                                          wall_s=round(wall, 6), time=time.time()))
         return out
 
