@@ -68,7 +68,7 @@ def _write_denied(where: str, key: str, url: str) -> Iterator[None]:
     try:
         yield
     except ClientError as exc:
-        if _code(exc) != "AccessDenied" and _status(exc) != 403:
+        if _code(exc) != "AccessDenied":   # a bad key or signature is 403 too: that is StoreAuthError
             raise
         top = key.split("/", 1)[0]
         raise StoreWriteDenied(f"{where}: write refused: this identity lacks s3:PutObject on {top}/",
