@@ -48,7 +48,8 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
             dest: StrPath | None = None, models: Sequence[str] = (), shapes: Sequence[str] = (),
             device: str | None = None, options: Mapping[str, str] | None = None, store: str | None = None,
             verify: bool = False, require_all: bool = False, threads: int = 16, trusted_keys: Sequence[str] = (),
-            deadline: float | None = None, best_effort: bool = False) -> HydrateReport:
+            deadline: float | None = None, best_effort: bool = False,
+            capture_keys: Sequence[str] = ()) -> HydrateReport:
     """Fill this host's cache dir with the prebuilt (and captured) artifacts its toolchain can use.
 
     The wanted entries come from `config` (optionally only `models`/`shapes`), from a `lockfile`, or,
@@ -61,7 +62,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
                           device=device, options=options, dest=dest, store_url=store)
     report, _ = run_request(req, verify=verify, require_all=require_all, threads=threads, trusted=trusted_keys,
-                            deadline=deadline, best_effort=best_effort)
+                            deadline=deadline, best_effort=best_effort, capture_keys=capture_keys)
     return report
 
 
@@ -82,17 +83,18 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
     from .capture import capture as run
-    from .capture import never_hydrated
-
-    settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
+    from .capture import never_hydrated, require_publish_allowed
     from .hydrate.destdir import served_dir
     from .hydrate.request import store_on_demand
     from .hydrate.state import load_state
 
+    settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
+    cfg = _config(config)
+    if publish:
+        require_publish_allowed(cfg)
     state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
-    cfg = _config(config)
     tc = _toolchain(cfg, backend or state.backend, device, options)
     dest = served_dir(Path(dest), tc.fingerprint.id)
     key = None

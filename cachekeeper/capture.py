@@ -33,6 +33,7 @@ from .errors import (
     StoreAuthError,
     StoreWriteDenied,
     ToolchainMismatch,
+    UsageError,
 )
 from .fingerprint import Fingerprint
 from .fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
@@ -44,6 +45,7 @@ from .stores.base import Store
 
 if TYPE_CHECKING:
     from .catalog import Catalog
+    from .config import Config
     from .signing import SigningKey
 
 JOURNAL = "capture.json"
@@ -377,6 +379,16 @@ def _remove_tree(root: Path) -> None:
                 os.rmdir(os.path.join(dirpath, name))
     with contextlib.suppress(OSError):
         os.rmdir(root)
+
+
+def require_publish_allowed(config: Config | None) -> None:
+    """Publishing captured sets is opt-in: every host of the toolchain runs what a serving host writes
+    back, so one compromised or buggy server could put code on the whole fleet."""
+    if config is None or not config.capture_publish:
+        where = f"{config.source} does not say" if config is not None else "no config given says"
+        raise UsageError(f"publishing captured sets is off: {where} `capture: publish`",
+                         "serving hosts report misses instead (report, then suggest, then the builder); a "
+                         "single-tenant fleet that accepts the risk sets `capture: publish` in its config")
 
 
 def write_permission_hint(store_url: str) -> str:

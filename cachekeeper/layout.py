@@ -13,6 +13,10 @@ the store strips) holds:
                                                compiles a serving host wrote back; an older hydrate's
                                                listing of manifests/<fp>/ never descends into it
     signatures/<m>                             the ed25519 signature of the manifest whose bytes hash to <m>
+    reports/<fp>/<t>-<host>-<n>.json           a miss report (reports.py) of toolchain <fp>: what a serving host
+                                               served and compiled in one interval (t = UTC time as
+                                               YYYYMMDDTHHMMSSZ, host = 16 hex, n = a counter); the only
+                                               prefix a server-role identity may write (deploy/policies/)
     <dir>/.<name>.<writer>.<n>.ck-tmp          debris: the temp file of a file-store write killed before its
                                                rename (S3 multipart uploads and GCS resumable sessions leave
                                                no object; `Store.list_debris` reports those)
@@ -42,6 +46,7 @@ BLOBS = "blobs/"
 BLOB_DIR = "blobs/sha256/"
 MANIFESTS = "manifests/"
 SIGNATURES = "signatures/"
+REPORTS = "reports/"
 MANIFEST_SUFFIX = ".json"
 CAPTURED_DIR = "captured/"   # inside manifests/<fp>/, and the start of every captured set's name
 TEMP_SUFFIX = TMP_SUFFIX     # the file store's temp names end so (fsutil.temp_path writes them)
@@ -145,6 +150,36 @@ def parse_signature_key(key: str) -> str | None:
     """The digest of the manifest whose signature is stored at `key`, or None."""
     digest = key.removeprefix(SIGNATURES)
     return digest if digest != key and _HEX64.fullmatch(digest) else None
+
+
+# --- miss reports -----------------------------------------------------------------------------------
+
+_REPORT = re.compile(r"reports/([0-9a-f]{16})/(\d{8}T\d{6}Z)-([0-9a-f]{16})-(\d{1,9})\.json")
+
+
+class ReportKey(NamedTuple):
+    fingerprint_id: str
+    stamp: str         # YYYYMMDDTHHMMSSZ (UTC): sorts as time, so `--since` needs no read
+    host: str          # 16 hex: a hash of the host name, never the name itself
+    n: int
+
+    @property
+    def key(self) -> str:
+        return report_key(self.fingerprint_id, self.stamp, self.host, self.n)
+
+
+def report_prefix(fingerprint_id: str | None = None) -> str:
+    return f"{REPORTS}{fingerprint_id}/" if fingerprint_id else REPORTS
+
+
+def report_key(fingerprint_id: str, stamp: str, host: str, n: int) -> str:
+    return f"{REPORTS}{fingerprint_id}/{stamp}-{host}-{n}{MANIFEST_SUFFIX}"
+
+
+def parse_report_key(key: str) -> ReportKey | None:
+    """Toolchain, time, host and counter of the miss report stored at `key`, or None."""
+    match = _REPORT.fullmatch(key)
+    return ReportKey(match[1], match[2], match[3], int(match[4])) if match else None
 
 
 # --- debris -----------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from typing import Any
 from . import canonical
 from .backends.inductor import aot
 from .fingerprint import Fingerprint
+from .watch import watch  # noqa: F401  (cachekeeper.runtime.watch(pipe): miss reports; lives in watch.py)
 
 log = logging.getLogger("cachekeeper.runtime")
 

@@ -3,8 +3,14 @@
 A signature signs the manifest's exact bytes and is stored beside the bucket's manifests at
 `signatures/<manifest sha256>` (layout.py) (keyed by digest, so racing builders never overwrite each other's).
 Publishers sign with a private key (`CACHEKEEPER_SIGNING_KEY`, a PEM file); hydrate, given trusted
-public keys (`--trusted-key` / `CACHEKEEPER_TRUSTED_KEYS`), refuses any manifest without a valid
-signature from one of them. `cryptography` is imported only when keys are used.
+public keys, refuses any manifest without a valid signature from one of them. `cryptography` is
+imported only when keys are used.
+
+Keys have a role, because an artifact is code every host of a toolchain runs. **Builder** keys
+(`--trusted-key` / `CACHEKEEPER_TRUSTED_KEYS`) sign prebuilt manifests (entries, shared sets); **capture**
+keys (`--capture-key` / `CACHEKEEPER_CAPTURE_KEYS`) sign only captured sets, which serving hosts write.
+A captured set signed by a builder key, or a prebuilt manifest signed by a capture key, is refused, and
+one key listed in both roles is a usage error: a serving host's key can never sign what every host runs.
 
 A signature binds a manifest's identity because it covers the exact bytes, and the bytes name the entry
 key, the fingerprint id and the kind. Hydrate compares those with what it asked for
@@ -26,9 +32,12 @@ from .layout import signature_key
 from .stores.base import Store
 
 # signature_key is built in layout.py (the bucket layout) and stays importable from here.
-__all__ = ["PublicKey", "SigningKey", "publish_signature", "require_signature", "signature_key"]
+__all__ = ["BUILDER", "CAPTURE", "PublicKey", "SigningKey", "keyring", "publish_signature", "require_signature",
+           "signature_key"]
 
 PREFIX = "ed25519:"
+BUILDER = "builder"
+CAPTURE = "capture"
 
 
 def _crypto() -> Any:
@@ -42,6 +51,7 @@ def _crypto() -> Any:
 @dataclass(frozen=True)
 class PublicKey:
     raw: bytes
+    role: str = BUILDER     # BUILDER: signs prebuilt manifests; CAPTURE: signs captured sets only
 
     @property
     def id(self) -> str:
@@ -51,7 +61,7 @@ class PublicKey:
         return PREFIX + base64.b64encode(self.raw).decode()
 
     @classmethod
-    def parse(cls, text: str) -> PublicKey:
+    def parse(cls, text: str, role: str = BUILDER) -> PublicKey:
         try:
             raw = base64.b64decode(text.strip().removeprefix(PREFIX), validate=True)
         except ValueError:
@@ -59,7 +69,23 @@ class PublicKey:
         if not text.strip().startswith(PREFIX) or len(raw) != 32:
             raise UsageError(f"not an ed25519 public key: {text.strip()[:40]!r}",
                              "use the `ed25519:...` line `cachekeeper keygen` printed")
-        return cls(raw)
+        return cls(raw, role)
+
+
+def keyring(builder: Iterable[str], capture: Iterable[str] = ()) -> tuple[PublicKey, ...]:
+    """Builder keys, then capture keys; a key in both roles, or capture keys without builder keys
+    (nothing prebuilt could be trusted), is refused."""
+    builders = tuple(PublicKey.parse(k, BUILDER) for k in builder)
+    captures = tuple(PublicKey.parse(k, CAPTURE) for k in capture)
+    both = {k.id for k in builders} & {k.id for k in captures}
+    if both:
+        raise UsageError(f"key {sorted(both)[0]} is listed as a capture key and as a builder (trusted) key; "
+                         "a serving host's key must never sign prebuilt manifests",
+                         "list each key once: builders' keys as trusted keys, serving hosts' keys as capture keys")
+    if captures and not builders:
+        raise UsageError("capture keys were given without any builder (trusted) key",
+                         "add the builders' public keys as trusted keys")
+    return builders + captures
 
 
 class SigningKey:
@@ -106,8 +132,9 @@ def publish_signature(store: Store, key: SigningKey, manifest_bytes: bytes) -> N
     store.put_bytes(signature_key(hashlib.sha256(manifest_bytes).hexdigest()), key.sign(manifest_bytes))
 
 
-def require_signature(store: Store, manifest_bytes: bytes, trusted: Iterable[PublicKey], source: str) -> None:
-    """Raise IntegrityError unless a trusted key signed exactly these bytes."""
+def require_signature(store: Store, manifest_bytes: bytes, trusted: Iterable[PublicKey], source: str,
+                      role: str = BUILDER) -> None:
+    """Raise IntegrityError unless a trusted key of `role` signed exactly these bytes."""
     digest = hashlib.sha256(manifest_bytes).hexdigest()
     try:
         doc = json.loads(store.get_bytes(signature_key(digest)))
@@ -119,6 +146,10 @@ def require_signature(store: Store, manifest_bytes: bytes, trusted: Iterable[Pub
     key = next((k for k in trusted if k.id == key_id), None)
     if key is None:
         raise UntrustedManifest(f"{source} is signed by key {key_id}, which is not trusted", key=key_id)
+    if key.role != role:
+        what = "prebuilt manifests" if key.role == BUILDER else "captured sets"
+        raise UntrustedManifest(f"{source} is signed by {key.role} key {key_id}, which may sign only {what}",
+                                key=key_id)
     try:
         _crypto().Ed25519PublicKey.from_public_bytes(key.raw).verify(sig, manifest_bytes)
     except Exception:  # cryptography raises InvalidSignature

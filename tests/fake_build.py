@@ -25,6 +25,10 @@ def main() -> int:
         p = cache / f"{i % 3:02d}" / f"k{i}.neff"
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(hashlib.sha256(seed + i.to_bytes(4, "big")).digest() * (50 + i % 200))
+    if os.environ.get("FAKE_GRAPH_FILES"):   # one graph per entry, as a static-shape compiler writes (sim_serve)
+        graphs = cache / "graphs"
+        graphs.mkdir(parents=True, exist_ok=True)
+        (graphs / f"{job.spec.model}-{job.spec.shape.label()}.neff").write_bytes(seed)
     (cache / "same-a.bin").write_bytes(b"identical")
     (cache / "same-b.bin").write_bytes(b"identical")
     (cache / "busy.lock").write_bytes(b"")

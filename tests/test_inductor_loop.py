@@ -38,7 +38,8 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(tmp / "models"),
          "--only", "tiny-flux"], env, tmp)
     config = tmp / "tiny.yaml"
-    config.write_text((REPO / "examples" / "tiny.yaml").read_text())  # ./models/... resolves next to it
+    # ./models/... resolves next to it; these hosts publish captured sets (a fleet that opted in)
+    config.write_text((REPO / "examples" / "tiny.yaml").read_text() + "\ncapture: publish\n")
     build_tmp = tmp / "build-tmp"  # the builder's TMPDIR: its own header must not leak into the server's
     build_tmp.mkdir()
     run([sys.executable, "-m", "cachekeeper", "prebuild", str(config)], {**env, "TMPDIR": str(build_tmp)}, tmp)

@@ -75,9 +75,11 @@ def _register() -> None:
     from .compare import diff, explain
     from .db import catalog, db
     from .inspect import coverage, dashboard, ls_, stats
+    from .traffic import report, suggest
 
     for command in (prebuild, validate, keygen,          # build side
                     hydrate, lock, env, capture,         # boot side
+                    report, suggest,                     # traffic: miss reports and what to prebuild
                     ls_, stats, coverage, diff, explain, dashboard,   # inspection
                     db, catalog):                         # catalog upkeep
         cli.add_command(command)

@@ -50,7 +50,11 @@ FORMATS = ("shell", "systemd")
 @click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
 @number("--threads", bound=bounds.THREADS, default=16, show_default=True, help="parallel downloads")
 @click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
-              help="accept only manifests signed by this ed25519 public key [env CACHEKEEPER_TRUSTED_KEYS]")
+              help="builder key: accept only prebuilt manifests signed by this ed25519 public key "
+              "[env CACHEKEEPER_TRUSTED_KEYS]")
+@click.option("--capture-key", "capture_keys", multiple=True, envvar="CACHEKEEPER_CAPTURE_KEYS", metavar="KEY",
+              help="accept captured sets signed by this serving host's key (never prebuilt manifests); "
+              "without one, captured sets are skipped when builder keys are set [env CACHEKEEPER_CAPTURE_KEYS]")
 @number("--deadline", bound=bounds.DEADLINE, envvar="CACHEKEEPER_DEADLINE",
         help="bound the whole hydrate, a stalled store included; then keep what is "
         "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
@@ -61,7 +65,8 @@ FORMATS = ("shell", "systemd")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
-            trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
+            trusted_keys: tuple[str, ...], capture_keys: tuple[str, ...], deadline: float | None, best_effort: bool,
+            as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
@@ -75,7 +80,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
                                   trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
-                                  progress=progress_line())
+                                  capture_keys=capture_keys, progress=progress_line())
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)

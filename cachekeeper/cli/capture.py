@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -26,7 +23,8 @@ if TYPE_CHECKING:
 @click.option("--backend", help="backend (default: the one the dest was hydrated for)")
 @click.option("--device", help="device the inference runs on, for the fingerprint (as hydrate)")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option (as hydrate)")
-@click.option("--publish", is_flag=True, help="publish the new files as a captured set for this toolchain")
+@click.option("--publish", is_flag=True, help="publish the new files as a captured set for this toolchain; only "
+              "with `capture: publish` in the config (every host runs what a serving host writes back)")
 @store_option
 @catalog_option
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
@@ -45,7 +43,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
     from ..capture import capture as run
-    from ..capture import never_hydrated
+    from ..capture import never_hydrated, require_publish_allowed
     from ..errors import UsageError
     from ..hydrate.destdir import served_dir
     from ..hydrate.request import store_on_demand
@@ -56,6 +54,8 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     if nice:
         os.nice(nice)
     config = load_config(config_path)
+    if publish:
+        require_publish_allowed(config)
     state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
     if state is None:
         raise never_hydrated(Path(dest))
@@ -104,23 +104,7 @@ def _watch(once: Callable[[], CaptureReport], every: float, as_json: bool) -> No
     """Publish every `every` seconds; a failed round (store down, files in flight) keeps its list for the
     next one. SIGTERM (pod or unit stopping) ends the wait early and runs one last round."""
     from ..errors import CaptureError, LockBusy, StoreError
+    from .rounds import every as rounds
 
-    stopping = False
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while True:
-        deadline = time.monotonic() + every
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(min(0.2, every))
-        last = stopping   # a signal that lands during this round still gets a round after it
-        try:
-            _show(once(), True, as_json)
-        except (StoreError, CaptureError, LockBusy) as exc:  # store down, files in flight, a hydrate running
-            say(f"warning: {exc.message}; kept for the next round")
-        if last:
-            return
+    # store down, files in flight, a hydrate running
+    rounds(every, lambda: _show(once(), True, as_json), (StoreError, CaptureError, LockBusy), "kept for the next round")

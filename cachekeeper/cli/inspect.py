@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -89,19 +89,48 @@ def _ls_captured(catalog: Catalog, fingerprint_id: str | None, backend: str | No
     say(f"{len(rows)} captured sets")
 
 
+traffic_option = click.option("--traffic", is_flag=True,
+                              help="also show what serving hosts met but no entry covers (miss reports in the store)")
+since_option = click.option("--since", default="7d", show_default=True, help="with --traffic: reports this recent")
+
+
 @click.command()
 @catalog_option
+@traffic_option
+@store_option
+@since_option
 @json_option
-def stats(catalog_url: str | None, as_json: bool) -> None:
-    """Entries and sizes per toolchain (from the catalog)."""
+def stats(catalog_url: str | None, traffic: bool, store_url: str | None, since: str, as_json: bool) -> None:
+    """Entries and sizes per toolchain (from the catalog); --traffic adds, per toolchain, the shapes served
+    but not prebuilt (from the store's miss reports)."""
+    from .traffic import since_seconds
+
+    window = since_seconds(since) if traffic else 0.0
     with opened_catalog(catalog_url, None, readonly=True) as catalog:
         rows = catalog.fingerprints()
+        table = _traffic(catalog, store_url, window) if traffic else None
+    served = table["toolchains"] if table else {}
     if as_json:
-        click.echo(json.dumps([r.__dict__ for r in rows], default=str))
-        return
-    for r in rows:
-        click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.captured:5d} captured  "
-                   f"{r.total_size / 1e6:10.1f} MB")
+        docs = [{**r.__dict__, **({"served_not_prebuilt": served.get(r.id, [])} if table else {})} for r in rows]
+        click.echo(json.dumps(docs, default=str))
+    else:
+        for r in rows:
+            click.echo(f"{r.id}  {r.backend:<8} {r.entries:5d} entries  {r.captured:5d} captured  "
+                       f"{r.total_size / 1e6:10.1f} MB")
+            for s in served.get(r.id, []):
+                click.echo(f"  served, not prebuilt: {s['model']} {s['shape']}  {s['calls']} calls  "
+                           f"{s['hosts_compiled']} hosts compiled  {float(s['compile_s']):.1f}s of compile")  # type: ignore[arg-type]
+    if table:
+        for line in table["skipped"]:
+            say(f"warning: {line}")
+
+
+def _traffic(catalog: Catalog, store_url: str | None, since_s: float) -> dict[str, Any]:
+    from ..inspection.traffic import prebuilt_shapes, traffic
+    from ..manifest import KIND_ENTRY
+
+    with opened_store(store_url, None) as store:
+        return traffic(store, prebuilt_shapes(catalog.find(kind=KIND_ENTRY)), since_s)
 
 
 @click.command()
@@ -170,19 +199,41 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
               help="address to bind; the page has no login: keep it local or behind an authenticating proxy")
 @number("--port", bound=bounds.PORT, default=8765, show_default=True, help="0: any free port")
 @click.option("--root-path", default="", help="URL prefix when served behind a proxy under a sub-path")
-def dashboard(catalog_url: str | None, host: str, port: int, root_path: str) -> None:
+@traffic_option
+@store_option
+@since_option
+def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, traffic: bool, store_url: str | None,
+              since: str) -> None:
     """Serve the read-only coverage dashboard (matrix, build queue, publishes, diffs)."""
     import uvicorn
 
     from ..dashboard.app import create_app
+    from .traffic import since_seconds
 
+    window = since_seconds(since) if traffic else 0.0
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.echo(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front",
                    err=True)
     click.echo(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})", err=True)
     try:
-        uvicorn.run(create_app(catalog), host=host, port=port, root_path=root_path, log_level="warning",
+        view = traffic_view(catalog, store_url, window) if traffic else None
+        uvicorn.run(create_app(catalog, view), host=host, port=port, root_path=root_path, log_level="warning",
                     proxy_headers=True)
     finally:
         catalog.close()
+
+
+def traffic_view(catalog: Catalog, store_url: str | None, since_s: float) -> Callable[[], dict[str, Any]]:
+    """The dashboard's traffic table, read per request; a store that fails is a line on the page."""
+    from ..errors import CachekeeperError
+
+    def view() -> dict[str, Any]:
+        try:
+            table = _traffic(catalog, store_url, since_s)
+        except CachekeeperError as exc:
+            table = {"toolchains": {}, "reports": 0, "skipped": [], "error": exc.message}
+        days = since_s / 86_400
+        return {**table, "since": f"{days:g}d" if days >= 1 else f"{since_s / 3600:g}h"}
+
+    return view

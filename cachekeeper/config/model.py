@@ -95,6 +95,11 @@ class Config:
     build_workers: int = 1
     hydrate_deadline: float | None = None         # seconds for a whole hydrate (the CLI's setting wins)
     hydrate_best_effort: bool = False
+    capture: str = "report"                       # "publish": serving hosts may write captured sets
+
+    @property
+    def capture_publish(self) -> bool:
+        return self.capture == "publish"
 
     def entries(self, backends: Collection[str] | None = None,
                 models: Collection[str] | None = None) -> list[MatrixEntry]:

@@ -31,7 +31,10 @@ DEFAULT_MODES = ("full",)    # every backend supports it
 DEFAULT_DTYPES = ("float32",)
 DEFAULT_BUILD_TIMEOUT = 1800.0
 
-_TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "defaults", "backend_options", "models")
+_TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defaults", "backend_options", "models")
+# `capture: publish` lets serving hosts write captured sets (`capture --publish`); the default, `report`,
+# leaves runtime misses to miss reports (report -> suggest -> builder). Not "off": YAML reads that as false.
+CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort")
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
@@ -137,6 +140,7 @@ class _Schema(NodeReader):
                               if "deadline" in hydrate else None),
             hydrate_best_effort=(self.boolean(hydrate["best_effort"][1], "hydrate.best_effort")
                                  if "best_effort" in hydrate else False),
+            capture=self.choice(top, "capture", CAPTURE_MODES, "config") or "report",
         )
         defaults = self.matrix(self.section(top, "defaults", _MATRIX_KEYS), "defaults.")
         if "models" not in top:

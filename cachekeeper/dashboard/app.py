@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -36,7 +37,8 @@ def _secs(s: float | None) -> str:
     return "—" if s is None else (f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m")
 
 
-def create_app(catalog: Catalog) -> Starlette:
+def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = None) -> Starlette:
+    """`traffic`: the "served but not prebuilt" table (inspection/traffic.py), read per request; None hides it."""
     templates = Jinja2Templates(directory=str(TEMPLATES))
     templates.env.filters["mb"] = _mb
     templates.env.filters["secs"] = _secs
@@ -63,6 +65,7 @@ def create_app(catalog: Catalog) -> Starlette:
             queue = views.queue_view(conn)
             publishes = views.recent_publishes(conn, chosen["id"] if chosen else None)
         return page(request, "index.html", {
+            "traffic": traffic() if traffic is not None else None,
             "q": q, "fps": fps, "chosen": chosen, "matrix": matrix, "choices": choices, "detail": detail,
             "queue": queue,
             "publishes": publishes, "statuses": views.STATUSES,

@@ -107,12 +107,13 @@ def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) 
     return [e for e in entries if e.spec.shape.label() in shapes]
 
 
-def trusted_keys(keys: Sequence[str]) -> tuple[PublicKey, ...]:
-    if not keys:
+def trusted_keys(keys: Sequence[str], capture_keys: Sequence[str] = ()) -> tuple[PublicKey, ...]:
+    """Builder keys (`keys`) and capture keys, each with its role (signing.keyring)."""
+    if not keys and not capture_keys:
         return ()
-    from ..signing import PublicKey
+    from ..signing import keyring
 
-    return tuple(PublicKey.parse(k) for k in keys)
+    return keyring(keys, capture_keys)
 
 
 def default_dest(name: str) -> Path:
@@ -199,6 +200,7 @@ def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
 
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
                 trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
+                capture_keys: Sequence[str] = (),
                 progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
     hydrate settings apply unless the caller sets them."""
@@ -227,6 +229,6 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=served,
                      extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
                      models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                     threads=threads, trusted=trusted_keys(trusted), deadline=deadline, best_effort=best_effort,
-                     progress=progress)
+                     threads=threads, trusted=trusted_keys(trusted, capture_keys), deadline=deadline,
+                     best_effort=best_effort, progress=progress)
     return report, exports

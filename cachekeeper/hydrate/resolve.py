@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..fingerprint import Fingerprint
 from ..fsutil import atomic_write_bytes
-from ..layout import manifest_key, manifest_keys
+from ..layout import is_captured_name, manifest_key, manifest_keys
 from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..stores.base import Store
 
@@ -46,9 +46,12 @@ def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...],
         raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile",
                              url=store.url, key=key)
     if trusted:
-        from ..signing import require_signature
+        from ..signing import BUILDER, CAPTURE, require_signature
 
-        require_signature(store, data, trusted, f"{store.url}/{key}")
+        # Captured sets (serving hosts wrote them) only from capture keys, all else only from builder keys;
+        # check_identity below binds the signed name, so the role chosen by name is the manifest's.
+        role = CAPTURE if is_captured_name(pin.name) else BUILDER
+        require_signature(store, data, trusted, f"{store.url}/{key}", role)
     m = Manifest.from_bytes(data, source=f"{store.url}/{key}")
     check_identity(m, pin, f"{store.url}/{key}")
     return m

@@ -31,7 +31,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
+from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable, StoreWriteDenied
 from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
 from .base import Debris, ObjectInfo, Store, check_key
@@ -60,6 +60,20 @@ def _status(exc: ClientError) -> int:
 
 def _is_not_found(exc: ClientError) -> bool:
     return _status(exc) == 404 or _code(exc) in ("404", "NoSuchKey", "NotFound", "NoSuchBucket")
+
+
+@contextlib.contextmanager
+def _write_denied(where: str, key: str, url: str) -> Iterator[None]:
+    """A write the policy refuses names the permission it lacks (deploy/policies/ grants it per prefix)."""
+    try:
+        yield
+    except ClientError as exc:
+        if _code(exc) != "AccessDenied":   # a bad key or signature is 403 too: that is StoreAuthError
+            raise
+        top = key.split("/", 1)[0]
+        raise StoreWriteDenied(f"{where}: write refused: this identity lacks s3:PutObject on {top}/",
+                               "builders write blobs/, manifests/ and signatures/, servers only reports/ "
+                               "(docs/security.md)", key=key, url=url) from None
 
 
 def _addressing_style() -> Literal["auto", "virtual", "path"]:
@@ -201,7 +215,7 @@ class S3Store(Store):
         attempt landed also reads as 412 (False); objects are content-addressed, so that is harmless.
         """
         for _ in range(4):
-            with self._errors(key):
+            with self._errors(key), _write_denied(self._where(key), key, self.url):
                 try:
                     write()
                     return True

@@ -28,7 +28,8 @@ class World:
         self.tmp = tmp
         (tmp / "model").mkdir()
         self.config = tmp / "ck.yaml"
-        self.config.write_text(fake_config(tmp / "model", heights="64"))
+        # These hosts capture and publish: a single-tenant fleet that opted in (`capture: publish`).
+        self.config.write_text(fake_config(tmp / "model", heights="64") + "capture: publish\n")
         self.store_dir = tmp / "store"
         self.store_dir.mkdir()
         self.store_url = f"file://{self.store_dir}"
@@ -65,7 +66,8 @@ class World:
         return Path(str(self.hydrate(dest, *extra, **env)["dest"]))
 
     def capture(self, dest: Path, *extra: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        return self.run("capture", "--dest", str(dest), "--settle", "0.05", *extra, ok=ok, **env)
+        return self.run("capture", "--config", str(self.config), "--dest", str(dest), "--settle", "0.05", *extra,
+                        ok=ok, **env)
 
     def captured_keys(self) -> list[str]:
         return sorted(p.relative_to(self.store_dir).as_posix()

@@ -111,7 +111,8 @@ def test_files_still_being_written_publish_nothing(world: World) -> None:
     thread.start()
     try:
         time.sleep(0.1)
-        proc = world.run("capture", "--dest", str(dest), "--publish", "--settle", "0.5", ok=False)
+        proc = world.run("capture", "--config", str(world.config), "--dest", str(dest), "--publish", "--settle", "0.5",
+                         ok=False)
     finally:
         stop.set()
         thread.join()
@@ -162,9 +163,9 @@ def test_an_unreachable_store_fails_fast_and_the_next_run_publishes(world: World
 def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> None:
     dest = world.tmp / "d1"
     dest = world.served(dest)
-    proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "capture", "--dest", str(dest), "--publish",
-                             "--watch", "0.2", "--settle", "0.05", "--nice", "0"], env=world.vars, cwd=world.tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "cachekeeper", "capture", "--config", str(world.config), "--dest",
+                             str(dest), "--publish", "--watch", "0.2", "--settle", "0.05", "--nice", "0"],
+                            env=world.vars, cwd=world.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         runtime_writes(dest, "new/first.neff", b"1")
         deadline = time.monotonic() + 30
@@ -181,25 +182,53 @@ def test_watch_publishes_each_round_and_once_more_when_stopped(world: World) -> 
     assert len(world.captured_keys()) == 2, err
 
 
-def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(world: World) -> None:
-    key = world.tmp / "signing.pem"
-    public = world.run("keygen", "-o", str(key)).stdout.strip()
-    # The prebuilt entry must be signed too for a trusted hydrate: sign it by republishing under the key.
+def test_captured_sets_pass_a_trusted_hydrate_only_when_signed_by_a_capture_key(world: World) -> None:
+    builder_pem, server_pem = world.tmp / "builder.pem", world.tmp / "server.pem"
+    builder = world.run("keygen", "-o", str(builder_pem)).stdout.strip()
+    server = world.run("keygen", "-o", str(server_pem)).stdout.strip()
+    # The prebuilt entry must be signed too for a trusted hydrate: a builder key signs it.
     for p in (world.store_dir / "manifests").rglob("*.json"):
         from cachekeeper.signing import SigningKey, publish_signature
         from cachekeeper.stores.file import FileStore
-        publish_signature(FileStore(world.store_dir), SigningKey.load(key), p.read_bytes())
-    signed, unsigned = world.tmp / "s", world.tmp / "u"
-    runtime_writes(world.served(signed), "new/signed.neff", b"s")
-    runtime_writes(world.served(unsigned), "new/unsigned.neff", b"u")
-    world.capture(signed, "--publish", "--sign-key", str(key))
+        publish_signature(FileStore(world.store_dir), SigningKey.load(builder_pem), p.read_bytes())
+    by_server, by_builder, unsigned = world.tmp / "s", world.tmp / "b", world.tmp / "u"
+    for dest, name in ((by_server, "server"), (by_builder, "builder"), (unsigned, "unsigned")):
+        runtime_writes(world.served(dest), f"new/{name}.neff", name.encode())
+    world.capture(by_server, "--publish", "--sign-key", str(server_pem))
+    world.capture(by_builder, "--publish", "--sign-key", str(builder_pem))
     world.capture(unsigned, "--publish")
 
-    report = world.hydrate(world.tmp / "trusting", "--trusted-key", public)
+    report = world.hydrate(world.tmp / "trusting", "--trusted-key", builder, "--capture-key", server)
     trusting = Path(str(report["dest"]))
-    assert (trusting / "new" / "signed.neff").exists()
-    assert not (trusting / "new" / "unsigned.neff").exists()
+    placed = sorted(p.name for p in (trusting / "new").iterdir())
+    assert placed == ["server.neff"], "only the set a capture key signed: not the builder-signed nor the unsigned"
     assert sum(str(m).startswith("captured/") for m in report["manifests"]) == 1  # type: ignore[attr-defined]
+
+    builders_only = world.served(world.tmp / "builders-only", "--trusted-key", builder)
+    assert (builders_only / ".cachekeeper").is_dir() and not (builders_only / "new").exists(), \
+        "no capture keys listed: no captured set"
+
+
+def test_a_capture_key_is_never_a_builder_key(world: World) -> None:
+    server_pem = world.tmp / "server.pem"
+    server = world.run("keygen", "-o", str(server_pem)).stdout.strip()
+    # A prebuilt manifest signed by a serving host's key is refused by a hydrate that lists it as a capture key.
+    for p in (world.store_dir / "manifests").rglob("*.json"):
+        from cachekeeper.signing import SigningKey, publish_signature
+        from cachekeeper.stores.file import FileStore
+        publish_signature(FileStore(world.store_dir), SigningKey.load(server_pem), p.read_bytes())
+    builder = world.run("keygen", "-o", str(world.tmp / "builder.pem")).stdout.strip()
+    dest = world.tmp / "d"
+    proc = world.run("hydrate", "--config", str(world.config), "--dest", str(dest), "--trusted-key", builder,
+                     "--capture-key", server, "--require-all", ok=False)
+    assert proc.returncode != 0
+    assert "signed by capture key" in proc.stderr and "may sign only captured sets" in proc.stderr, proc.stderr
+
+    both = world.run("hydrate", "--config", str(world.config), "--dest", str(dest), "--trusted-key", server,
+                     "--capture-key", server, ok=False)
+    errors = [line for line in both.stderr.splitlines() if line.startswith("error:")]
+    assert both.returncode == 2 and len(errors) == 1 and "capture key and as a builder" in errors[0], both.stderr
+    assert not (dest / "new").exists()
 
 
 @pytest.mark.services

@@ -34,6 +34,7 @@ defaults:
   shapes: {{height: [64], width: [64], batch: [1]}}
 backend_options:
   neuron: {{target: trn2}}
+capture: publish
 models:
   - name: tiny
     path: {model}

@@ -6,6 +6,10 @@ and buckets are not auto-created on upload, so a missing bucket fails as it does
 `weed mini` opens a port per component (master, volume, filer, s3, admin) plus each one's gRPC port
 at +10000; all are picked free here, so two sessions on one host do not collide. Fixtures:
 `s3_server` (session) and `s3_store_url` (a fresh bucket, with the AWS_* environment pointing at it).
+
+`s3_roles_server` (session) is a second server started with `-s3.config` rendered from
+deploy/policies/seaweedfs/s3.json: one bucket, one store prefix, and an identity per role (builder,
+server, operator) plus the fixtures' admin, so the role policies are enforced, not only parsed.
 """
 
 from __future__ import annotations
@@ -92,13 +96,13 @@ def find_weed() -> str:
 
 
 def _launch(weed: str, workdir: Path, access_key: str, secret_key: str,
-            ports: dict[str, int]) -> subprocess.Popen[bytes]:
+            ports: dict[str, int], extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
     cmd = [
         weed, f"-logdir={workdir}", "mini", f"-dir={workdir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         "-master.telemetry=false", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
         "-s3.port.lance=0", "-master.volumeSizeLimitMB=64", "-s3.autoCreateBucket=false",
-        *(f"-{name}.port={port}" for name, port in ports.items()),
+        *(f"-{name}.port={port}" for name, port in ports.items()), *extra,
     ]
     return spawn(cmd, workdir, workdir / "weed.out", env)
 
@@ -115,15 +119,16 @@ def _probe(server: S3Server) -> None:
     server.client.put_object(Bucket="ck-ready", Key="probe", Body=b"ok")
 
 
-def start_seaweedfs(workdir: Path) -> tuple[S3Server, subprocess.Popen[bytes]]:
+def start_seaweedfs(workdir: Path, extra: tuple[str, ...] = (), access_key: str = "",
+                    secret_key: str = "") -> tuple[S3Server, subprocess.Popen[bytes]]:
     weed = find_weed()
     rng = secrets.SystemRandom()
-    access_key, secret_key = f"ck{secrets.token_hex(8)}", secrets.token_hex(20)
+    access_key, secret_key = access_key or f"ck{secrets.token_hex(8)}", secret_key or secrets.token_hex(20)
     log_path = workdir / "weed.out"
 
     def launch() -> tuple[S3Server, subprocess.Popen[bytes]]:
         ports = _pick_ports(rng)  # other ports on each try
-        proc = _launch(weed, workdir, access_key, secret_key, ports)
+        proc = _launch(weed, workdir, access_key, secret_key, ports, extra)
         return S3Server(f"http://127.0.0.1:{ports['s3']}", access_key, secret_key, proc.pid, log_path), proc
 
     return SEAWEEDFS.start(launch, _probe, log_path)
@@ -148,3 +153,69 @@ def s3_store_url(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
                  "CACHEKEEPER_S3_ADDRESSING_STYLE"):
         monkeypatch.delenv(name, raising=False)
     return f"s3://{bucket}/cache"
+
+
+# --- the role policies, enforced -------------------------------------------------------------------
+
+ROLES = ("builder", "server", "operator")
+ROLES_BUCKET = "ck-roles"
+ROLES_PREFIX = "cache"
+POLICIES = Path(__file__).resolve().parents[2] / "deploy" / "policies"
+
+
+@dataclass(frozen=True)
+class RolesServer:
+    """A SeaweedFS whose identities are the deploy/ policy's roles; `env(role)` is that role's AWS_* env."""
+
+    admin: S3Server
+    keys: dict[str, tuple[str, str]]     # role -> (access key, secret key)
+    bucket: str = ROLES_BUCKET
+    prefix: str = ROLES_PREFIX
+
+    @property
+    def store_url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def env(self, role: str) -> dict[str, str]:
+        access, secret = self.keys[role]
+        return {"AWS_ENDPOINT_URL": self.admin.endpoint_url, "AWS_ACCESS_KEY_ID": access,
+                "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": self.admin.region}
+
+
+def render_policy(text: str, values: dict[str, str]) -> str:
+    """${NAME} placeholders, as `envsubst` fills them; one left unfilled is a test error."""
+    import re
+
+    out = re.sub(r"\$\{([A-Z_]+)\}", lambda m: values[m[1]], text)
+    assert "${" not in out, out
+    return out
+
+
+def roles_config(admin_key: str, admin_secret: str, keys: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """deploy/policies/seaweedfs/s3.json filled in, plus the fixtures' admin identity."""
+    import json
+
+    values = {"BUCKET": ROLES_BUCKET, "PREFIX": ROLES_PREFIX}
+    for role, (access, secret) in keys.items():
+        values[f"{role.upper()}_ACCESS_KEY"], values[f"{role.upper()}_SECRET_KEY"] = access, secret
+    config: dict[str, Any] = json.loads(render_policy((POLICIES / "seaweedfs" / "s3.json").read_text(), values))
+    config["identities"].append({"name": "admin", "credentials": [{"accessKey": admin_key, "secretKey": admin_secret}],
+                                 "actions": ["Admin", "Read", "Write", "List", "Tagging"]})
+    return config
+
+
+@pytest.fixture(scope="session")
+def s3_roles_server() -> Iterator[RolesServer]:
+    import json
+
+    admin_key, admin_secret = f"ck{secrets.token_hex(8)}", secrets.token_hex(20)
+    keys = {role: (f"{role}{secrets.token_hex(6)}", secrets.token_hex(20)) for role in ROLES}
+
+    def start(workdir: Path) -> tuple[S3Server, subprocess.Popen[bytes]]:
+        path = workdir / "s3-roles.json"
+        path.write_text(json.dumps(roles_config(admin_key, admin_secret, keys)))
+        return start_seaweedfs(workdir, (f"-s3.config={path}",), admin_key, admin_secret)
+
+    with SEAWEEDFS.session("ck-seaweedfs-roles-", start) as admin:
+        admin.client.create_bucket(Bucket=ROLES_BUCKET)
+        yield RolesServer(admin, keys)
