@@ -35,9 +35,13 @@ from ..stores.reader import Deadline
 if TYPE_CHECKING:
     from ..signing import PublicKey
     from .fetch import FetchStats
-from .plan import plan_hydrate
+    from .nodecache import NodeCache
+from .durability import DEFAULT as DEFAULT_DURABILITY
+from .durability import Durability, boot_id, filesystem, fsyncs
+from .plan import HydratePlan, plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
 from .state import STATE_DIR, PlacedFile, State, file_key, load_state, save_state, stat_matches, state_dir
+from .state import trusted as state_trusted
 
 __all__ = ["HydrateReport", "hydrate"]
 
@@ -57,6 +61,11 @@ class HydrateReport:
     retries: int = 0                     # read attempts retried (resets, stalls, 5xx)
     deadline_left: float | None = None   # seconds of the --deadline budget left at the end
     incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
+    durability: str = ""                 # fsync | boot | both (hydrate/durability.py)
+    node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
+    node_copied: int = 0                 # ... copied from it
+    node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
+    warnings: list[str] = field(default_factory=list)   # one line each (node cache fallbacks)
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -64,8 +73,9 @@ class HydrateReport:
         return d
 
 
-def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
-    """What is at a target now, never following a symlink there."""
+def _probe(verify: bool, trust: bool = True) -> Callable[[Path, PlacedFile | None], str]:
+    """What is at a target now, never following a symlink there. Without `trust` (a boot-bound state
+    file of another boot) a listed file is checked by size, then by digest."""
     def probe(path: Path, placed: PlacedFile | None) -> str:
         st = lstat_or_none(path)
         if st is None or stat.S_ISLNK(st.st_mode):
@@ -76,8 +86,10 @@ def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
         if not stat.S_ISREG(st.st_mode):
             raise DestinationError(f"{path} is a FIFO, socket or device where a manifest places a file; "
                                    "hydrate does not replace it", "remove it, or hydrate into a fresh directory")
-        if placed is not None and not verify and stat_matches(path, placed):
+        if placed is not None and not verify and trust and stat_matches(path, placed):
             return "ok"
+        if placed is not None and not trust and st.st_size != placed.size:
+            return "missing"  # the size says it is not the placed file: no need to hash it
         return "check"
     return probe
 
@@ -135,25 +147,30 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
             verify: bool = False, require_all: bool = False, threads: int = 16,
             trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
-            progress: Callable[[FetchStats], None] | None = None) -> HydrateReport:
+            progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
+            node_cache: NodeCache | None = None) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
     `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
     `best_effort` the report says why in `incomplete` (the server starts and compiles the rest).
+    `durability`: fsync each file, or trust the state file only within this boot, or both (durability.py).
+    `node_cache`: fill the dest from this node's shared copy, fetching into it what it lacks (nodecache.py).
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
     dest = dest.absolute()
     _prepare_dest(dest)
-    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id)
+    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id, durability=durability)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
     with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
-        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids):
+        trust = state is not None and state_trusted(state, dest)
+        if state is not None and pins is not None and not verify and trust and _still_in_place(state, pins,
+                                                                                                trusted_ids):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
@@ -163,7 +180,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             # midway is resumed (present files verified and adopted) rather than refused as foreign.
             state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                           roots={k: str(v) for k, v in roots.items()})
-            save_state(dest, state)
+            save_state(dest, _stamped(state, dest, durability))
         with contextlib.ExitStack() as stack:
             from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
@@ -179,17 +196,21 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
                 return _finish(report, t0, budget)
             stack.callback(store.close)   # the store this run opened: its clients and pools go with it
             joiner = SafeJoiner()
-            plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker(joiner), joiner)
+            plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
             # Only the roots this run writes to are created, marked live and swept.
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                 | {p.record.root for p in plan.check}
             tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
+            from_node = _from_node_cache(node_cache, plan, store, threads, budget, durability, report)
             placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
-                                    roots=roots.values())
+                                    roots=roots.values(), durable=fsyncs(durability))
+            placed.update(from_node)
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
             applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids))
+            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), durability, trust)
         _fill(report, applied, stats, len(have))
+        report.files_fetched += len(from_node)
+        report.bytes_fetched += report.node_fetched_bytes
         broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
         report.missing += broken
         if stats.fatal is not None:
@@ -276,10 +297,14 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
-          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str]) -> None:
-    """Old entries that are still intact (this covers files the plan kept), plus what was just placed."""
-    state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
-                  roots={k: str(v) for k, v in roots.items()})
+          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
+          durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> None:
+    """Old entries that are still intact (this covers files the plan kept), plus what was just placed.
+    An untrusted old state (another boot) contributes only what this run verified again."""
+    state = _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                           roots={k: str(v) for k, v in roots.items()}), dest, durability)
+    if old is not None and not trust:
+        old = State(manifests=old.manifests, signed=old.signed)
     if old is not None:
         state.manifests.update(old.manifests)
         state.signed.update(old.signed)
@@ -290,6 +315,37 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     state.manifests.update({m.name: m.digest for m in manifests})
     state.signed.update({m.name: trusted_ids for m in manifests})
     save_state(dest, state)
+
+
+def _stamped(state: State, dest: Path, durability: Durability) -> State:
+    """The state as this run writes it: how it was made durable, in which boot, on which filesystem."""
+    state.durability, state.boot_id, state.filesystem = durability, boot_id(), filesystem(dest)
+    return state
+
+
+def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, threads: int, budget: Deadline,
+                     durability: Durability, report: HydrateReport) -> dict[str, PlacedFile]:
+    """Place what the plan would fetch from the node cache (fetching into it what it lacks); the plan is
+    left with only what must still come straight from the store. Fallbacks are reported, never fatal."""
+    if node is None or not plan.fetch:
+        return {}
+    from .fetch import execute
+
+    why = node.open() or node.room_for(plan.fetch_bytes)
+    if why:
+        report.warnings.append(why)
+        return {}
+
+    def fetch(sub: HydratePlan, roots: list[Path], tag: str) -> tuple[dict[str, PlacedFile], int]:
+        got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=fsyncs(durability))
+        return got, stats.bytes
+
+    placed, rest = node.serve(plan, fetch, budget)
+    plan.fetch = rest.fetch
+    report.node_linked, report.node_copied = node.report.linked, node.report.copied
+    report.node_fetched_bytes = node.report.fetched_bytes
+    report.warnings += node.report.warnings
+    return placed
 
 
 def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, total: int) -> None:
