@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ..signing import PublicKey
     from .fetch import FetchStats
     from .nodecache import NodeCache
+from . import usage
 from .durability import DEFAULT as DEFAULT_DURABILITY
 from .durability import Durability, boot_id, filesystem, fsyncs
 from .plan import HydratePlan, plan_hydrate
@@ -65,7 +66,9 @@ class HydrateReport:
     node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
     node_copied: int = 0                 # ... copied from it
     node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
-    warnings: list[str] = field(default_factory=list)   # one line each (node cache fallbacks)
+    warnings: list[str] = field(default_factory=list)   # one line each (node cache fallbacks, budget)
+    evicted: list[str] = field(default_factory=list)    # entries removed to fit --max-bytes
+    ready_seconds: float | None = None                  # --ready-after: when the hot entries were in place
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -148,7 +151,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             verify: bool = False, require_all: bool = False, threads: int = 16,
             trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
             progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
-            node_cache: NodeCache | None = None) -> HydrateReport:
+            node_cache: NodeCache | None = None, max_bytes: int | None = None) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
@@ -157,6 +160,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     `best_effort` the report says why in `incomplete` (the server starts and compiles the rest).
     `durability`: fsync each file, or trust the state file only within this boot, or both (durability.py).
     `node_cache`: fill the dest from this node's shared copy, fetching into it what it lacks (nodecache.py).
+    `max_bytes`: the dest's budget; entries not wanted now are evicted by last use to fit (usage.py).
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
@@ -174,6 +178,9 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
+            usage.record_use(dest, report.manifests)
+            if max_bytes is not None:
+                _fit(dest, state, max_bytes, set(report.manifests), report)
             return _finish(report, t0, budget)
         if state is None:
             # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
@@ -207,7 +214,10 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             placed.update(from_node)
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
             applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), durability, trust)
+            saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), durability, trust)
+            usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
+            if max_bytes is not None:
+                _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()}, report)
         _fill(report, applied, stats, len(have))
         report.files_fetched += len(from_node)
         report.bytes_fetched += report.node_fetched_bytes
@@ -298,7 +308,7 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
           roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
-          durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> None:
+          durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> State:
     """Old entries that are still intact (this covers files the plan kept), plus what was just placed.
     An untrusted old state (another boot) contributes only what this run verified again."""
     state = _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
@@ -315,6 +325,17 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     state.manifests.update({m.name: m.digest for m in manifests})
     state.signed.update({m.name: trusted_ids for m in manifests})
     save_state(dest, state)
+    return state
+
+
+def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport) -> None:
+    """Evict entries this run does not want, by last use, until the dest fits `max_bytes`."""
+    ev = usage.plan(dest, state, max_bytes, keep=wanted)
+    usage.apply(dest, state, ev)
+    report.evicted = [e.name for e in ev.evict]
+    if ev.short:
+        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over --max-bytes {max_bytes}: what is "
+                               "left is wanted now or was used within the last hour")
 
 
 def _stamped(state: State, dest: Path, durability: Durability) -> State:

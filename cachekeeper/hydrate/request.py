@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import BackendUnavailable, ConfigError, ToolchainMismatch, UsageError
 from ..manifest import KIND_ENTRY
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from ..signing import PublicKey
     from ..stores.base import Store
     from . import HydrateReport
+    from .durability import Durability
     from .fetch import FetchStats
+    from .nodecache import LinkMode, NodeCache
 
 
 @dataclass(frozen=True)
@@ -167,24 +169,90 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
                                 path=str(lockfile), fingerprint=locked_fp)
     if config is not None and pins is None:
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
+        priority = {m.model.name: m.priority for m in config.models}
+        # Hot first: higher `priority:` first, the config's order within one priority (a stable sort).
+        entries.sort(key=lambda e: -priority.get(e.spec.model, 0))
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
     target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
     return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url)
 
 
+@dataclass(frozen=True)
+class NodeSettings:
+    """The node-scale settings of one hydrate (flags, env or config; None: the config's, else off)."""
+
+    node_cache: str | None = None
+    node_cache_link: str = "auto"
+    node_cache_max_bytes: int | None = None
+    max_bytes: int | None = None
+    durability: str | None = None
+    ready_after: int | None = None
+    env_file: str | None = None
+
+    def over(self, config: Config | None) -> NodeSettings:
+        if config is None:
+            return self
+        return NodeSettings(
+            node_cache=self.node_cache or config.hydrate_node_cache, node_cache_link=self.node_cache_link,
+            node_cache_max_bytes=self.node_cache_max_bytes or config.hydrate_node_cache_max_bytes,
+            max_bytes=self.max_bytes or config.hydrate_max_bytes,
+            durability=self.durability or config.hydrate_durability,
+            ready_after=self.ready_after or config.hydrate_ready_after, env_file=self.env_file)
+
+
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
                 trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
-                progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
+                progress: Callable[[FetchStats], None] | None = None,
+                node: NodeSettings | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
-    hydrate settings apply unless the caller sets them."""
-    from . import hydrate
+    hydrate settings apply unless the caller sets them.
+
+    With `ready_after` N (hot first), the first N wanted entries are hydrated, then the env and the ready
+    marker are written (hydrate/ready.py), then the rest, in this process; `complete` follows."""
+    from . import hydrate, ready
+    from .durability import DEFAULT, fsyncs
 
     tc, config = req.toolchain, req.config
+    settings = (node or NodeSettings()).over(config)
     exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
-    report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
-                     extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
-                     models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                     threads=threads, trusted=trusted_keys(trusted),
-                     deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
-                     best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress)
+    if settings.ready_after and req.pins is None:
+        raise UsageError("--ready-after needs the wanted entries in order; name them with --config or --lockfile")
+    durability = cast("Durability", settings.durability or DEFAULT)
+
+    def run(pins: list[Pin] | None) -> HydrateReport:
+        return hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=req.dest,
+                       extra_roots=tc.backend.extra_roots(tc.options), pins=pins,
+                       models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
+                       threads=threads, trusted=trusted_keys(trusted),
+                       deadline=deadline if deadline is not None else (config.hydrate_deadline if config else None),
+                       best_effort=best_effort or bool(config and config.hydrate_best_effort), progress=progress,
+                       durability=durability, node_cache=_node_cache(settings, fsyncs(durability), verify),
+                       max_bytes=settings.max_bytes)
+
+    marked = bool(settings.ready_after or settings.env_file)
+    env_file = Path(settings.env_file) if settings.env_file else None
+    if marked:
+        ready.clear(req.dest)
+    first: HydrateReport | None = None
+    if settings.ready_after and req.pins is not None and settings.ready_after < len(req.pins):
+        first = run(req.pins[:settings.ready_after])
+        ready.mark(req.dest, ready.READY, first.manifests, ready.shell(exports), env_file)
+    report = run(req.pins)
+    if first is not None:
+        report.ready_seconds = first.seconds
+        report.seconds += first.seconds
+        report.warnings = first.warnings + [w for w in report.warnings if w not in first.warnings]
+    if marked:
+        if first is None:
+            ready.mark(req.dest, ready.READY, report.manifests, ready.shell(exports), env_file)
+        ready.mark(req.dest, ready.COMPLETE, report.manifests, ready.shell(exports), env_file)
     return report, exports
+
+
+def _node_cache(settings: NodeSettings, durable: bool, verify: bool) -> NodeCache | None:
+    if not settings.node_cache:
+        return None
+    from .nodecache import NodeCache
+
+    return NodeCache(Path(settings.node_cache).absolute(), cast("LinkMode", settings.node_cache_link),
+                     durable=durable, verify=verify, max_bytes=settings.node_cache_max_bytes)
