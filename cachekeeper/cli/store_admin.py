@@ -84,8 +84,21 @@ def verify(store_url: str | None, deep: bool, repair: bool, as_json: bool) -> No
               help="keep unreferenced objects younger than this (a publish in flight writes blobs first)")
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
-def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool) -> None:
-    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
+@click.option("--dest", type=click.Path(file_okay=False), help="instead: fit this hydrated dir to --max-bytes")
+@click.option("--node-cache", type=click.Path(file_okay=False), help="instead: fit this node cache to --max-bytes")
+@click.option("--max-bytes", "max_bytes", metavar="BYTES", help="the budget for --dest / --node-cache (e.g. 50G)")
+@click.option("--keep-lockfile", "keep_lockfiles", multiple=True, type=click.Path(dir_okay=False),
+              help="with --dest: never evict the entries this lockfile pins")
+def gc(store_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool, as_json: bool,
+       dest: str | None, node_cache: str | None, max_bytes: str | None, keep_lockfiles: tuple[str, ...]) -> None:
+    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run.
+
+    With --dest or --node-cache: evict by last use to fit --max-bytes, locally (no store)."""
+    if dest or node_cache:
+        from .local_gc import local_gc
+
+        local_gc(dest, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
+        return
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
 
