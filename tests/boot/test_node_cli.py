@@ -98,6 +98,16 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     for k, v in ENABLE.items():
         monkeypatch.setenv(k, v)
     dest = tmp_path / "d"
+    (dest / ".cachekeeper").mkdir(parents=True)
+    (dest / ".cachekeeper" / "ready").write_text("{}")     # an earlier run's: it must not speak for this one
+    markers_at_start = []
+    real = sys.modules["cachekeeper.hydrate"].hydrate
+
+    def watch(**kw: Any) -> HydrateReport:
+        markers_at_start.append((dest / ".cachekeeper" / "ready").exists())
+        return real(**kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(sys.modules["cachekeeper.hydrate"], "hydrate", watch)
     result = _invoke(tmp_path, "--config", str(_config(tmp_path, "durability: both, node_cache: nc")),
                      "--dest", str(dest), "--ready-after", "1", "--env-file", str(tmp_path / "ck.env"))
     assert result.exit_code == 0, result.output
@@ -107,6 +117,7 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     hot = [e.spec.key for e in config.entries(models={"hot"})]
     assert [p.name for p in first["pins"]] == hot     # `priority: 5` beats the config's order
     assert full["durability"] == "both" and full["node_cache"].root == tmp_path / "nc"
+    assert markers_at_start == [False, True]     # cleared first; written after the hot entries, before the rest
     assert (dest / ".cachekeeper" / "ready").exists() and (dest / ".cachekeeper" / "complete").exists()
     assert "export FAKE_CACHE_DIR=" in (tmp_path / "ck.env").read_text()
 
