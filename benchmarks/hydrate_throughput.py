@@ -2,10 +2,13 @@
 
     python benchmarks/hydrate_throughput.py [--repeats 3] [--scale 1.0] [--only small|large]
 
-Starts SeaweedFS on loopback (the test harness's launcher), publishes two caches, and times, interleaved
-(one of each per repeat, in rotating order), with each one's peak RSS (wait4):
+Prints the load average first and last (the host may be shared). Starts SeaweedFS on loopback (the test
+harness's launcher), publishes two caches, and times, interleaved (one of each per repeat, in rotating
+order), with each one's peak RSS (wait4):
 
-    hydrate           `cachekeeper hydrate` (the fake backend's toolchain), fsyncs included
+    hydrate           `cachekeeper hydrate` (the fake backend's toolchain), durability "boot" (the default:
+                      no per-file fsync; the state file is trusted only within this boot)
+    hydrate fsync     the same with `--durability fsync` (each file and directory entry fsynced)
     aws s3 sync       the AWS CLI, same objects as plain files
     boto3 x16         a 16-thread get_object loop writing files
     boto3 seq         a sequential get_object loop writing files
@@ -124,6 +127,7 @@ def main() -> None:
     from tests.harness.process import stop
     from tests.harness.seaweedfs import start_seaweedfs
 
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime)", flush=True)
     aws = shutil.which("aws")
     with tempfile.TemporaryDirectory(prefix="ck-tput-") as tmp_s:
         tmp = Path(tmp_s)
@@ -148,6 +152,7 @@ def main() -> None:
                 bench(label, count, make, tmp, env, server, args.repeats, aws, publish, open_store, fingerprint, spec)
         finally:
             stop(proc, 15)
+    print(f"\nload at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
 
 def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: dict[str, str], server: object,
@@ -168,6 +173,8 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
     methods: dict[str, Callable[[Path], list[str]]] = {
         "hydrate": lambda d: [py, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", url,
                               "--dest", str(d)],
+        "hydrate fsync": lambda d: [py, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", url,
+                                    "--dest", str(d), "--durability", "fsync"],
         "boto3 x16": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "16"],
         "boto3 seq": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1"],
         "boto3 seq+fsync": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1", "fsync"],
@@ -191,8 +198,9 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
         print(f"{m:15} median {statistics.median(walls):6.2f}s  {rate[m]:7.0f} MiB/s  "
               f"peak RSS {max(r for _, r, _ in rs):5.0f} MiB  CPU {cpu:5.2f}s ({cpu / (total / (1 << 30)):.2f}s/GiB)"
               f"   (runs: {', '.join(f'{w:.2f}' for w in walls)})")
-    for other in (m for m in methods if m != "hydrate"):
-        print(f"hydrate / {other:15} {rate['hydrate'] / rate[other]:.2f}x")
+    for ours in ("hydrate", "hydrate fsync"):
+        for other in (m for m in methods if not m.startswith("hydrate")):
+            print(f"{ours:13} / {other:15} {rate[ours] / rate[other]:.2f}x")
     shutil.rmtree(src, ignore_errors=True)
 
 

@@ -26,7 +26,8 @@ from .helpers import build_tree, fingerprint, hydrate_into, publish_tree, read_t
 def two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FileStore, list[Manifest], list[dict[str, bytes]]]:
     store = FileStore(tmp_path / "store")
     trees = [{f"{m}/{k}": v for k, v in build_tree(n_small=2, n_blobs=3, seed=i).items()} for i, m in enumerate("ab")]
-    ms = [publish_tree(store, write_tree(tmp_path / f"build{m}", t), monkeypatch, model=m) for m, t in zip("ab", trees)]
+    ms = [publish_tree(store, write_tree(tmp_path / f"build{m}", t), monkeypatch, model=m)
+          for m, t in zip("ab", trees, strict=True)]
     return store, ms, trees
 
 
@@ -44,14 +45,15 @@ def _gc(*args: str) -> Any:
 
 def test_hydrate_evicts_the_least_recently_used_entry_it_does_not_want(
         two: tuple[FileStore, list[Manifest], list[dict[str, bytes]]], tmp_path: Path) -> None:
-    store, (a, b), (ta, tb) = two
+    store, (a, b), (_, tb) = two
     dest = tmp_path / "d"
     hydrate_into(lambda: store, dest, [a.name])
     _age(dest, a.name, 7200)
     report = hydrate_into(lambda: store, dest, [b.name], max_bytes=sum(map(len, tb.values())) + 10)
     assert report.evicted == [a.name] and read_tree(dest) == tb
     state = load_state(dest)
-    assert state is not None and list(state.manifests) == [b.name] and all(k.startswith("cache/b/") for k in state.files)
+    assert state is not None and list(state.manifests) == [b.name]
+    assert all(k.startswith("cache/b/") for k in state.files)
 
 
 def test_an_entry_used_within_the_min_age_is_never_evicted_and_one_line_says_over_budget(

@@ -47,8 +47,11 @@ class CountingStore(FileStore):
         return body
 
 
+Published = tuple[CountingStore, dict[str, bytes], str]
+
+
 @pytest.fixture
-def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[CountingStore, dict[str, bytes], str]:
+def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Published:
     files = build_tree(n_small=6, n_blobs=8)
     store = CountingStore(tmp_path / "store")
     m = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch)
@@ -61,7 +64,7 @@ def _node(tmp_path: Path, **kw: object) -> NodeCache:
 
 
 def test_a_second_dest_on_the_node_reads_nothing_from_the_store_and_shares_read_only_copies(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path) -> None:
+        published: Published, tmp_path: Path) -> None:
     store, files, name = published
     first = hydrate_into(lambda: store, tmp_path / "d1", [name], node_cache=_node(tmp_path, link="hardlink"))
     served = store.served
@@ -76,7 +79,7 @@ def test_a_second_dest_on_the_node_reads_nothing_from_the_store_and_shares_read_
 
 
 def test_concurrent_hydrates_fetch_each_blob_from_the_store_once(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path) -> None:
+        published: Published, tmp_path: Path) -> None:
     store, files, name = published
     errors: list[BaseException] = []
 
@@ -99,7 +102,7 @@ def test_concurrent_hydrates_fetch_each_blob_from_the_store_once(
 
 
 def test_as_root_without_reflink_dests_get_copies_and_one_line_says_so(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, files, name = published
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(nodecache, "_can_reflink", lambda a, b: False)
@@ -110,7 +113,7 @@ def test_as_root_without_reflink_dests_get_copies_and_one_line_says_so(
 
 
 def test_a_node_cache_on_another_filesystem_falls_back_to_copies_reported_once(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, files, name = published
     real_link = os.link
 
@@ -126,7 +129,7 @@ def test_a_node_cache_on_another_filesystem_falls_back_to_copies_reported_once(
 
 
 def test_bytes_changed_behind_our_back_are_discarded_and_fetched_again(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path) -> None:
+        published: Published, tmp_path: Path) -> None:
     store, files, name = published
     node = _node(tmp_path, link="copy")
     hydrate_into(lambda: store, tmp_path / "d1", [name], node_cache=node)
@@ -140,11 +143,12 @@ def test_bytes_changed_behind_our_back_are_discarded_and_fetched_again(
 
 
 def test_a_read_only_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, files, name = published
     NodeCache(tmp_path / "node").open()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, m: False if os.fspath(p).startswith(str(tmp_path / "node")) and m == os.W_OK
+    node = str(tmp_path / "node")
+    monkeypatch.setattr(os, "access", lambda p, m: False if os.fspath(p).startswith(node) and m == os.W_OK
                         else real_access(p, m))
     report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
     assert read_tree(tmp_path / "d") == files and report.node_linked == report.node_copied == 0
@@ -152,7 +156,7 @@ def test_a_read_only_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
 
 
 def test_a_full_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path) -> None:
+        published: Published, tmp_path: Path) -> None:
     store, files, name = published
     report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path, max_bytes=1000))
     assert read_tree(tmp_path / "d") == files and report.node_fetched_bytes == 0
@@ -161,7 +165,7 @@ def test_a_full_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
 
 
 def test_a_node_cache_on_a_network_filesystem_is_refused(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, _, name = published
     monkeypatch.setattr(nodecache, "fs_type", lambda p: "nfs4")
     with pytest.raises(DestinationError, match="is on nfs4, a network filesystem; a node cache is per node"):
@@ -169,7 +173,7 @@ def test_a_node_cache_on_a_network_filesystem_is_refused(
 
 
 def test_deleting_a_dest_keeps_the_shared_copy_and_gc_evicts_only_what_no_dest_links(
-        published: tuple[CountingStore, dict[str, bytes], str], tmp_path: Path) -> None:
+        published: Published, tmp_path: Path) -> None:
     import shutil
 
     store, files, name = published
