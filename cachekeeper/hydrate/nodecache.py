@@ -67,6 +67,7 @@ class NodeCache:
     max_bytes: int | None = None
     report: NodeReport = field(default_factory=NodeReport)
     _mode: str = ""
+    _dirs: set[Path] = field(default_factory=set)   # dest directories known to exist (one mkdir each)
 
     @property
     def objects(self) -> Path:
@@ -181,9 +182,13 @@ class NodeCache:
         """`target` filled from the object (atomically replacing what is there); None if the object is
         gone (evicted meanwhile: the caller fetches it)."""
         src = self.object_path(sha)
-        ensure_dir(target.parent)
-        tmp = temp_path(target)
+        if target.parent not in self._dirs:
+            ensure_dir(target.parent)
+            self._dirs.add(target.parent)
         mode = self._how(target)
+        # Straight to the name when nothing is there (link(2) never replaces); else beside it, then renamed
+        # over it (a wrong file or a symlink there is replaced atomically, never followed).
+        tmp = target if mode == "hardlink" and not os.path.lexists(target) else temp_path(target)
         try:
             try:
                 if mode == "hardlink":
@@ -196,15 +201,18 @@ class NodeCache:
                 if exc.errno != errno.EXDEV:
                     raise
                 self._cross_device(target)
+                tmp = temp_path(target)   # a copy is never written under the real name
                 self._clone_or_copy(src, tmp, "copy")
-                mode = "copy"
-            os.replace(tmp, target)
+                mode = self._mode = "copy"
+            if tmp != target:
+                os.replace(tmp, target)
             if self.durable:
                 fsync_dir(target.parent)
             st = os.lstat(target)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            if tmp != target:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             raise DestinationError(f"cannot place {target} from node cache {self.root}: {exc.strerror}") from None
         self.touch(sha)
         if mode == "copy":
