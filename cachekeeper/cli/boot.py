@@ -17,6 +17,7 @@ import click
 
 from ..hydrate.durability import MODES as DURABILITY_MODES
 from ..hydrate.nodecache import LINK_MODES
+from ..hydrate.ready import FORMATS as ENV_FORMATS
 from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import backend_pairs, load_config, opened_store, required_config, say, store_option, toolchain
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from ..hydrate import HydrateReport
     from ..hydrate.request import HydrateRequest
 
-FORMATS = ("shell", "systemd")
+FORMATS = ENV_FORMATS
 
 
 @click.command()
@@ -67,14 +68,16 @@ FORMATS = ("shell", "systemd")
               help="write the env and <dest>/.cachekeeper/ready once the first N entries (by priority) are "
               "in place, then hydrate the rest [env CACHEKEEPER_READY_AFTER]")
 @click.option("--env-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="write the env (shell format) here when ready, before the ready marker")
+              help="write the env here when ready, before the ready marker")
+@click.option("--env-format", type=click.Choice(FORMATS), default="shell", show_default=True,
+              help="--env-file as a shell sources it, or as a systemd EnvironmentFile=")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, node_cache: str | None,
             node_cache_link: str, node_max: str | None, max_bytes: str | None, durability: str | None,
-            ready_after: str | None, env_file: str | None, as_json: bool) -> None:
+            ready_after: str | None, env_file: str | None, env_format: str, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..hydrate.request import NodeSettings, resolve_request, run_request
 
@@ -86,7 +89,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         max_bytes=bytes_option("max_bytes", "--max-bytes", "CACHEKEEPER_MAX_BYTES", max_bytes),
         durability=durability,
         ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
-        env_file=env_file)
+        env_file=env_file, env_format=env_format)
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
@@ -169,11 +172,9 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
 
 
 def render(exports: dict[str, str], fmt: str) -> str:
-    if fmt == "systemd":
-        # EnvironmentFile= syntax: double quotes with backslash escapes; systemd never expands $ there.
-        quoted = {k: '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for k, v in exports.items()}
-        return "".join(f"{k}={v}\n" for k, v in sorted(quoted.items()))
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(exports.items()))
+    from ..hydrate.ready import render as render_env
+
+    return render_env(exports, fmt)
 
 
 @click.command(name="env")

@@ -30,8 +30,15 @@ COMPLETE = "complete"
 ENV = "env"
 
 
-def shell(exports: Mapping[str, str]) -> str:
-    """`export VAR=value` lines a shell sources (what `cachekeeper env --format shell` writes)."""
+FORMATS = ("shell", "systemd")
+
+
+def render(exports: Mapping[str, str], fmt: str = "shell") -> str:
+    """The env as a shell sources it (`export VAR=value`), or as a systemd `EnvironmentFile=`."""
+    if fmt == "systemd":
+        # EnvironmentFile= syntax: double quotes with backslash escapes; systemd never expands $ there.
+        quoted = {k: '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for k, v in exports.items()}
+        return "".join(f"{k}={v}\n" for k, v in sorted(quoted.items()))
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(exports.items()))
 
 
@@ -43,7 +50,7 @@ def clear(dest: Path) -> None:
 
 def mark(dest: Path, name: str, entries: list[str], env_text: str, env_file: Path | None) -> None:
     """The env first (a server that sees the marker can read it), then the marker, then systemd."""
-    atomic_write_bytes(state_dir(dest) / ENV, env_text.encode())
+    atomic_write_bytes(state_dir(dest) / ENV, env_text.encode())  # in --env-format
     if env_file is not None:
         atomic_write_bytes(env_file, env_text.encode())
     doc = {"entries": entries, "complete": name == COMPLETE}

@@ -188,6 +188,7 @@ class NodeSettings:
     durability: str | None = None
     ready_after: int | None = None
     env_file: str | None = None
+    env_format: str = "shell"
 
     def over(self, config: Config | None) -> NodeSettings:
         if config is None:
@@ -197,7 +198,8 @@ class NodeSettings:
             node_cache_max_bytes=self.node_cache_max_bytes or config.hydrate_node_cache_max_bytes,
             max_bytes=self.max_bytes or config.hydrate_max_bytes,
             durability=self.durability or config.hydrate_durability,
-            ready_after=self.ready_after or config.hydrate_ready_after, env_file=self.env_file)
+            ready_after=self.ready_after or config.hydrate_ready_after, env_file=self.env_file,
+            env_format=self.env_format)
 
 
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
@@ -231,12 +233,13 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
 
     marked = bool(settings.ready_after or settings.env_file)
     env_file = Path(settings.env_file) if settings.env_file else None
+    env_text = ready.render(exports, settings.env_format)
     if marked:
         ready.clear(req.dest)
     first: HydrateReport | None = None
     if settings.ready_after and req.pins is not None and settings.ready_after < len(req.pins):
         first = run(req.pins[:settings.ready_after])
-        ready.mark(req.dest, ready.READY, first.manifests, ready.shell(exports), env_file)
+        ready.mark(req.dest, ready.READY, first.manifests, env_text, env_file)
     report = run(req.pins)
     if first is not None:
         report.ready_seconds = first.seconds
@@ -244,8 +247,8 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
         report.warnings = first.warnings + [w for w in report.warnings if w not in first.warnings]
     if marked:
         if first is None:
-            ready.mark(req.dest, ready.READY, report.manifests, ready.shell(exports), env_file)
-        ready.mark(req.dest, ready.COMPLETE, report.manifests, ready.shell(exports), env_file)
+            ready.mark(req.dest, ready.READY, report.manifests, env_text, env_file)
+        ready.mark(req.dest, ready.COMPLETE, report.manifests, env_text, env_file)
     return report, exports
 
 
