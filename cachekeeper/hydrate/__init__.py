@@ -334,7 +334,7 @@ def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: Hyd
     usage.apply(dest, state, ev)
     report.evicted = [e.name for e in ev.evict]
     if ev.short:
-        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over --max-bytes {max_bytes}: what is "
+        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "
                                "left is wanted now or was used within the last hour")
 
 

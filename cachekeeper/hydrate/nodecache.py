@@ -113,7 +113,7 @@ class NodeCache:
         if self.max_bytes is not None:
             over = self.size() + need - self.max_bytes
             if over > 0 and self.evict(over) < over:
-                return f"node cache {self.root} cannot fit {need} bytes within --max-bytes {self.max_bytes} " \
+                return f"node cache {self.root} cannot fit {need} bytes within its budget of {self.max_bytes} " \
                        "(the rest is linked into dests); hydrating without it"
         st = os.statvfs(self.objects)
         free = st.f_bavail * st.f_frsize

@@ -218,7 +218,8 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     settings = (node or NodeSettings()).over(config)
     exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
     if settings.ready_after and req.pins is None:
-        raise UsageError("--ready-after needs the wanted entries in order; name them with --config or --lockfile")
+        raise UsageError("hot first (ready after N entries) needs the wanted entries in order: a config or a "
+                         "lockfile names them, a listing of the store does not")
     durability = cast("Durability", settings.durability or DEFAULT)
 
     def run(pins: list[Pin] | None) -> HydrateReport:

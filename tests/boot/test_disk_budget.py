@@ -65,7 +65,7 @@ def test_an_entry_used_within_the_min_age_is_never_evicted_and_one_line_says_ove
     usage.record_use(dest, [a.name])          # the runtime helper served it just now
     report = hydrate_into(lambda: store, dest, [b.name], max_bytes=100)
     assert report.evicted == [] and read_tree(dest) == {**ta, **tb}
-    assert len(report.warnings) == 1 and "over --max-bytes 100" in report.warnings[0]
+    assert len(report.warnings) == 1 and "over its budget of 100" in report.warnings[0]
 
 
 def test_gc_dest_plans_then_applies_and_keeps_what_a_lockfile_pins(

@@ -127,3 +127,12 @@ def test_the_flags_win_over_the_config(tmp_path: Path, seen: list[dict[str, Any]
                      "--dest", str(tmp_path / "d"), "--max-bytes", "2G", "--durability", "fsync")
     assert result.exit_code == 0, result.output
     assert seen[-1]["max_bytes"] == 2 << 30 and seen[-1]["durability"] == "fsync" and seen[-1]["node_cache"] is None
+
+
+def test_ready_after_without_a_config_or_lockfile_is_one_error_line(tmp_path: Path, seen: list[dict[str, Any]]) -> None:
+    result = _invoke(tmp_path, "--backend", "fake", "--store", str(tmp_path / "store"), "--dest", str(tmp_path / "d"),
+                     "--ready-after", "2")
+    assert result.exit_code == 2 and not seen
+    assert [ln for ln in result.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: hot first (ready after N entries) needs the wanted entries in order: a config or a lockfile names "
+        "them, a listing of the store does not"]
