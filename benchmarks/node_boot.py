@@ -28,7 +28,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +36,7 @@ sys.path.insert(0, str(REPO))
 MiB = 1 << 20
 TIMER = "/usr/bin/time"
 
-from benchmarks.hydrate_throughput import neuron_tree  # noqa: E402
+from benchmarks.hydrate_throughput import neuron_tree, seaweed_session  # noqa: E402
 
 MATRIX = """version: 1
 defaults: {{backends: [fake], shapes: {{height: [{heights}], width: [64], batch: [1]}}}}
@@ -82,6 +81,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="shrink the data (e.g. 0.25 on a busy host)")
     ap.add_argument("--replicas", type=int, default=8)
+    ap.add_argument("--entry-mib", type=int, default=48, help="size of each of the 20 matrix entries (x --scale)")
     ap.add_argument("--link", default="auto", choices=["auto", "reflink", "hardlink", "copy"],
                     help="--node-cache-link for the node-cache runs")
     args = ap.parse_args()
@@ -89,35 +89,21 @@ def main() -> None:
     from cachekeeper.publish import publish
     from cachekeeper.stores import open_store
     from tests.core.helpers import fingerprint, spec
-    from tests.harness.process import stop
-    from tests.harness.seaweedfs import start_seaweedfs
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(uptime), {os.cpu_count()} CPUs, uid {os.geteuid()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="ck-node-") as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "weed").mkdir()
-        server, proc = start_seaweedfs(tmp / "weed")
-        try:
-            env = {**os.environ, "AWS_ENDPOINT_URL": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
-                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
-                   "PYTHONPATH": str(REPO), "CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend",
-                   "FAKE_SHARED_DIR": str(tmp / "shared"), "CACHEKEEPER_HOME": str(tmp / "home")}
-            os.environ.update({k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                                     "AWS_DEFAULT_REGION", "CACHEKEEPER_BACKENDS")})
-            server.client.create_bucket(Bucket="node")
-            url = "s3://node/ck"
-            src = tmp / "src"
-            n = max(10, int(2000 * args.scale))
-            total = neuron_tree(src, n=n, rng=random.Random(8))
-            publish(open_store(url), fingerprint=fingerprint(), spec=spec("set"), roots={"cache": src},
-                    include=lambda r, rel, p: True)
-            config = _publish_matrix(tmp, url, max(1, int(16 * args.scale)), publish, open_store, fingerprint)
-            print(f"set: {n} files, {total / MiB:.0f} MiB; matrix: 20 entries of {max(1, int(16 * args.scale))} MiB",
-                  flush=True)
-            bench(tmp, env, url, config, total, args)
-        finally:
-            stop(proc, 15)
+    with seaweed_session("ck-node-") as (tmp, server, env):
+        server.client.create_bucket(Bucket="node")
+        url = "s3://node/ck"
+        src = tmp / "src"
+        n = max(10, int(2000 * args.scale))
+        total = neuron_tree(src, n=n, rng=random.Random(8))
+        publish(open_store(url), fingerprint=fingerprint(), spec=spec("set"), roots={"cache": src},
+                include=lambda r, rel, p: True)
+        entry_mib = max(1, int(args.entry_mib * args.scale))
+        config = _publish_matrix(tmp, url, entry_mib, publish, open_store, fingerprint)
+        print(f"set: {n} files, {total / MiB:.0f} MiB; matrix: 20 entries of {entry_mib} MiB", flush=True)
+        bench(tmp, env, url, config, total, args)
 
 
 def _publish_matrix(tmp: Path, url: str, mib: int, publish: object, open_store: object, fingerprint: object) -> Path:

@@ -21,9 +21,11 @@ from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, fingerprint, hydrate_into, publish_tree, read_tree, write_tree
 
+Two = tuple[FileStore, list[Manifest], list[dict[str, bytes]]]
+
 
 @pytest.fixture
-def two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FileStore, list[Manifest], list[dict[str, bytes]]]:
+def two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Two:
     store = FileStore(tmp_path / "store")
     trees = [{f"{m}/{k}": v for k, v in build_tree(n_small=2, n_blobs=3, seed=i).items()} for i, m in enumerate("ab")]
     ms = [publish_tree(store, write_tree(tmp_path / f"build{m}", t), monkeypatch, model=m)
@@ -43,12 +45,16 @@ def _gc(*args: str) -> Any:
     return CliRunner().invoke(cli, ["gc", *args])
 
 
-def test_hydrate_evicts_the_least_recently_used_entry_it_does_not_want(
-        two: tuple[FileStore, list[Manifest], list[dict[str, bytes]]], tmp_path: Path) -> None:
-    store, (a, b), (_, tb) = two
-    dest = tmp_path / "d"
+def _a_two_hours_ago(two: Two, dest: Path) -> None:
+    store, (a, _), _ = two
     hydrate_into(lambda: store, dest, [a.name])
     _age(dest, a.name, 7200)
+
+
+def test_hydrate_evicts_the_least_recently_used_entry_it_does_not_want(two: Two, tmp_path: Path) -> None:
+    store, (a, b), (_, tb) = two
+    dest = tmp_path / "d"
+    _a_two_hours_ago(two, dest)
     report = hydrate_into(lambda: store, dest, [b.name], max_bytes=sum(map(len, tb.values())) + 10)
     assert report.evicted == [a.name] and read_tree(dest) == tb
     state = load_state(dest)
@@ -57,11 +63,10 @@ def test_hydrate_evicts_the_least_recently_used_entry_it_does_not_want(
 
 
 def test_an_entry_used_within_the_min_age_is_never_evicted_and_one_line_says_over_budget(
-        two: tuple[FileStore, list[Manifest], list[dict[str, bytes]]], tmp_path: Path) -> None:
+        two: Two, tmp_path: Path) -> None:
     store, (a, b), (ta, tb) = two
     dest = tmp_path / "d"
-    hydrate_into(lambda: store, dest, [a.name])
-    _age(dest, a.name, 7200)
+    _a_two_hours_ago(two, dest)
     usage.record_use(dest, [a.name])          # the runtime helper served it just now
     report = hydrate_into(lambda: store, dest, [b.name], max_bytes=100)
     assert report.evicted == [] and read_tree(dest) == {**ta, **tb}
@@ -69,7 +74,7 @@ def test_an_entry_used_within_the_min_age_is_never_evicted_and_one_line_says_ove
 
 
 def test_gc_dest_plans_then_applies_and_keeps_what_a_lockfile_pins(
-        two: tuple[FileStore, list[Manifest], list[dict[str, bytes]]], tmp_path: Path) -> None:
+        two: Two, tmp_path: Path) -> None:
     store, (a, b), (ta, tb) = two
     dest = tmp_path / "d"
     hydrate_into(lambda: store, dest, [a.name])
@@ -95,7 +100,7 @@ def test_gc_without_a_budget_is_one_error_line() -> None:
 
 
 def test_gc_node_cache_evicts_only_blobs_no_dest_links(
-        two: tuple[FileStore, list[Manifest], list[dict[str, bytes]]], tmp_path: Path) -> None:
+        two: Two, tmp_path: Path) -> None:
     import shutil
 
     store, (a, b), (ta, tb) = two

@@ -186,3 +186,18 @@ def test_deleting_a_dest_keeps_the_shared_copy_and_gc_evicts_only_what_no_dest_l
     assert read_tree(tmp_path / "d2") == files
     shutil.rmtree(tmp_path / "d2")
     assert node.evict(size) == size and node.size() == 0
+
+
+def test_a_node_cache_on_a_full_disk_is_reported_and_the_hydrate_goes_on_without_it(
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, files, name = published
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, st: os.statvfs_result) -> None:
+            self.f_frsize, self.f_bavail = st.f_frsize, 1
+
+    monkeypatch.setattr(os, "statvfs", lambda p: Full(real(p)) if "/node/" in os.fspath(p) + "/" else real(p))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    assert read_tree(tmp_path / "d") == files and report.node_fetched_bytes == 0
+    assert len(report.warnings) == 1 and f"node cache {tmp_path / 'node'} is full (0 MiB free" in report.warnings[0]
