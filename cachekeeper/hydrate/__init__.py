@@ -12,7 +12,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .nodecache import NodeCache
 from . import usage
 from .durability import DEFAULT as DEFAULT_DURABILITY
-from .durability import Durability, boot_id, filesystem, fsyncs
+from .durability import Durability, boot_bound, boot_id, filesystem, fsyncs
 from .plan import HydratePlan, plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
 from .state import STATE_DIR, PlacedFile, State, file_key, load_state, save_state, stat_matches, state_dir
@@ -208,7 +208,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                 | {p.record.root for p in plan.check}
             tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
-            from_node = _from_node_cache(node_cache, plan, store, threads, budget, durability, report)
+            from_node = _from_node_cache(node_cache, plan, store, threads, budget, durability, report,
+                                         roots.values())
             placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
                                     roots=roots.values(), durable=fsyncs(durability))
             placed.update(from_node)
@@ -311,6 +312,8 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
           durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> State:
     """Old entries that are still intact (this covers files the plan kept), plus what was just placed.
     An untrusted old state (another boot) contributes only what this run verified again."""
+    if durability == "fsync" and old is not None and trust and old.files and boot_bound(old.durability):  # type: ignore[arg-type]
+        durability = "both"  # the files it keeps were never fsynced: this state may speak only for this boot
     state = _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
                            roots={k: str(v) for k, v in roots.items()}), dest, durability)
     if old is not None and not trust:
@@ -345,7 +348,7 @@ def _stamped(state: State, dest: Path, durability: Durability) -> State:
 
 
 def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, threads: int, budget: Deadline,
-                     durability: Durability, report: HydrateReport) -> dict[str, PlacedFile]:
+                     durability: Durability, report: HydrateReport, roots: Iterable[Path]) -> dict[str, PlacedFile]:
     """Place what the plan would fetch from the node cache (fetching into it what it lacks); the plan is
     left with only what must still come straight from the store. Fallbacks are reported, never fatal."""
     if node is None or not plan.fetch:
@@ -362,6 +365,11 @@ def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, th
         return got, stats.bytes
 
     placed, rest = node.serve(plan, fetch, budget)
+    if fsyncs(durability):  # the links' new directories, durable before the state file names their files
+        from .fetch import sync_new_dirs
+
+        sync_new_dirs({os.path.dirname(p.target) for ps in plan.fetch.values() for p in ps
+                       if file_key(p.record.root, p.record.path) in placed}, roots, threads)
     plan.fetch = rest.fetch
     report.node_linked, report.node_copied = node.report.linked, node.report.copied
     report.node_fetched_bytes = node.report.fetched_bytes

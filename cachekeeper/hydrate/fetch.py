@@ -494,6 +494,12 @@ def _dirs_to_sync(dirs: set[str], unsynced: set[str], roots: set[str]) -> set[st
     return todo | above
 
 
+def sync_new_dirs(dirs: set[str], roots: Iterable[Path], threads: int = FETCH_THREADS) -> None:
+    """fsync directories that got files placed some other way (the node cache's links) and every
+    ancestor up to its root: the same promise as a fetched file's."""
+    _sync_dirs(_dirs_to_sync(dirs, set(dirs), {str(r) for r in roots}), threads)
+
+
 def _sync_dirs(todo: set[str], threads: int) -> None:
     """fsync `todo`, several at once (the block layer merges flushes in flight together)."""
     if len(todo) <= 4:

@@ -59,9 +59,10 @@ def test_a_state_file_of_another_filesystem_is_not_trusted(
 
 
 def test_a_fsync_state_is_trusted_across_boots_and_version_1_still_loads(
-        hydrated: tuple[FileStore, dict[str, bytes], str, Path]) -> None:
-    store, _, name, dest = hydrated
-    hydrate_into(lambda: store, dest, [name], durability="fsync", verify=True)
+        hydrated: tuple[FileStore, dict[str, bytes], str, Path], tmp_path: Path) -> None:
+    store, _, name, _ = hydrated
+    dest = tmp_path / "fsynced"
+    hydrate_into(lambda: store, dest, [name], durability="fsync")
     _edit_state(dest, boot_id="another-boot")
     assert hydrate_into(lambda: store, dest, [name], durability="fsync").noop
     _edit_state(dest, v=1)
@@ -72,3 +73,37 @@ def test_a_fsync_state_is_trusted_across_boots_and_version_1_still_loads(
     state = load_state(dest)
     assert state is not None and state.durability == "fsync"
     assert hydrate_into(lambda: store, dest, [name], durability="fsync").noop
+
+
+def test_a_fsync_run_keeping_files_of_a_boot_run_still_speaks_only_for_this_boot(
+        hydrated: tuple[FileStore, dict[str, bytes], str, Path]) -> None:
+    store, _, name, dest = hydrated
+    hydrate_into(lambda: store, dest, [name], durability="fsync", verify=True)   # verified again, not fsynced
+    state = load_state(dest)
+    assert state is not None and state.durability == "both"   # the kept files were never fsynced
+
+
+def test_fsync_with_a_node_cache_makes_the_links_durable_before_the_state_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from cachekeeper.hydrate.nodecache import NodeCache
+
+    files = build_tree(n_small=2, n_blobs=3)
+    store = FileStore(tmp_path / "store")
+    m = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch)
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    dest = tmp_path / "d"
+    hydrate_into(lambda: store, dest, [m.name], durability="fsync", node_cache=NodeCache(tmp_path / "node",
+                                                                                          link="hardlink"))
+    assert read_tree(dest) == files
+    state_at = len(synced) - 1 - synced[::-1].index(str(dest / ".cachekeeper"))  # the final state file's rename
+    parents = {str((dest / rel).parent) for rel in files} | {str(dest / "p"), str(dest / "b")}
+    assert parents <= set(synced[:state_at])
