@@ -362,6 +362,9 @@ def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, th
 
     def fetch(sub: HydratePlan, roots: list[Path], tag: str) -> tuple[dict[str, PlacedFile], int]:
         got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=fsyncs(durability))
+        if isinstance(stats.fatal, DestinationError):  # the node cache filled up or broke meanwhile
+            report.warnings.append(f"node cache {node.root} failed ({stats.fatal.message}); "
+                                   "what it lacks is fetched straight into the dest")
         return got, stats.bytes
 
     placed, rest = node.serve(plan, fetch, budget)

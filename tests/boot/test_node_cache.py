@@ -201,3 +201,22 @@ def test_a_node_cache_on_a_full_disk_is_reported_and_the_hydrate_goes_on_without
     report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
     assert read_tree(tmp_path / "d") == files and report.node_fetched_bytes == 0
     assert len(report.warnings) == 1 and f"node cache {tmp_path / 'node'} is full (0 MiB free" in report.warnings[0]
+
+
+def test_a_node_cache_that_fills_up_midway_is_reported_and_the_dest_is_still_complete(
+        published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.hydrate import fetch
+
+    store, files, name = published
+
+    class NoSpace(fetch.AtomicFile):
+        def __init__(self, path: Path, tag: str | None = None) -> None:
+            if "/node/objects/" in str(path):
+                raise DestinationError(f"cannot write to {path.parent}: No space left on device")
+            super().__init__(path, tag)
+
+    monkeypatch.setattr(fetch, "AtomicFile", NoSpace)
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    assert read_tree(tmp_path / "d") == files
+    assert len(report.warnings) == 1 and "No space left on device" in report.warnings[0]
+    assert not [p for p in (tmp_path / "node" / "objects").rglob("*") if p.is_file()]
