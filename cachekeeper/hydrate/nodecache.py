@@ -26,7 +26,6 @@ import contextlib
 import errno
 import json
 import os
-import shutil
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -252,6 +251,8 @@ class NodeCache:
 
                 fcntl.ioctl(fout.fileno(), _FICLONE, fin.fileno())
             else:
+                import shutil  # not at import: it pulls in bz2 and lzma, off the no-op path
+
                 shutil.copyfileobj(fin, fout, 1 << 20)
             if self.durable:
                 fout.flush()

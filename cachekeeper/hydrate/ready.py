@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shlex
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,6 +63,8 @@ def notify(message: str) -> None:
     addr = os.environ.get("NOTIFY_SOCKET")
     if not addr:
         return
+    import socket  # only under systemd: the no-op hydrate does not load it
+
     if addr.startswith("@"):
         addr = "\0" + addr[1:]
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
