@@ -114,15 +114,10 @@ def test_boot_durability_fsyncs_only_the_state_file_and_records_the_boot(
     from cachekeeper.hydrate.durability import boot_id
     from cachekeeper.hydrate.state import load_state
 
+    from .helpers import record_fsyncs
+
     root, files, name, _ = cache
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = record_fsyncs(monkeypatch)
     hydrate_into(lambda: FileStore(root), tmp_path / "d", [name], durability="boot")
     assert read_tree(tmp_path / "d") == files
     assert not [p for p in synced if p.endswith(".neff") or ".neff." in p]   # no file's data is fsynced

@@ -85,21 +85,14 @@ def test_a_fsync_run_keeping_files_of_a_boot_run_still_speaks_only_for_this_boot
 
 def test_fsync_with_a_node_cache_makes_the_links_durable_before_the_state_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import os
-
     from cachekeeper.hydrate.nodecache import NodeCache
+
+    from .helpers import record_fsyncs
 
     files = build_tree(n_small=2, n_blobs=3)
     store = FileStore(tmp_path / "store")
     m = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch)
-    synced: list[str] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = record_fsyncs(monkeypatch)
     dest = tmp_path / "d"
     hydrate_into(lambda: store, dest, [m.name], durability="fsync", node_cache=NodeCache(tmp_path / "node",
                                                                                           link="hardlink"))
