@@ -2,10 +2,13 @@
 
     python benchmarks/hydrate_throughput.py [--repeats 3] [--scale 1.0] [--only small|large]
 
-Starts SeaweedFS on loopback (the test harness's launcher), publishes two caches, and times, interleaved
-(one of each per repeat, in rotating order), with each one's peak RSS (wait4):
+Prints the load average first and last (the host may be shared). Starts SeaweedFS on loopback (the test
+harness's launcher), publishes two caches, and times, interleaved (one of each per repeat, in rotating
+order), with each one's peak RSS (wait4):
 
-    hydrate           `cachekeeper hydrate` (the fake backend's toolchain), fsyncs included
+    hydrate           `cachekeeper hydrate` (the fake backend's toolchain), durability "boot" (the default:
+                      no per-file fsync; the state file is trusted only within this boot)
+    hydrate fsync     the same with `--durability fsync` (each file and directory entry fsynced)
     aws s3 sync       the AWS CLI, same objects as plain files
     boto3 x16         a 16-thread get_object loop writing files
     boto3 seq         a sequential get_object loop writing files
@@ -21,6 +24,7 @@ issue sets targets on:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import random
@@ -30,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -103,6 +108,29 @@ def run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, 
     return wall, rss / 1024, user + system
 
 
+@contextlib.contextmanager
+def seaweed_session(prefix: str) -> Iterator[tuple[Path, Any, dict[str, str]]]:
+    """(temp dir, SeaweedFS on loopback, the env a hydrate of the fake backend runs with); this process's
+    own AWS_* and backend variables point at it too. Stopped (and the dir removed) at the end."""
+    from tests.harness.process import stop
+    from tests.harness.seaweedfs import start_seaweedfs
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "weed").mkdir()
+        server, proc = start_seaweedfs(tmp / "weed")
+        try:
+            env = {**os.environ, "AWS_ENDPOINT_URL": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
+                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
+                   "PYTHONPATH": str(REPO), "CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend",
+                   "FAKE_SHARED_DIR": str(tmp / "shared"), "CACHEKEEPER_HOME": str(tmp / "home")}
+            os.environ.update({k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                     "AWS_DEFAULT_REGION", "CACHEKEEPER_BACKENDS")})
+            yield tmp, server, env
+        finally:
+            stop(proc, 15)
+
+
 def upload_raw(client: object, bucket: str, prefix: str, root: Path) -> None:
     files = [p for p in root.rglob("*") if p.is_file()]
     with ThreadPoolExecutor(16) as pool:
@@ -121,33 +149,21 @@ def main() -> None:
     from cachekeeper.publish import publish
     from cachekeeper.stores import open_store
     from tests.core.helpers import fingerprint, spec
-    from tests.harness.process import stop
-    from tests.harness.seaweedfs import start_seaweedfs
 
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime)", flush=True)
     aws = shutil.which("aws")
-    with tempfile.TemporaryDirectory(prefix="ck-tput-") as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "weed").mkdir()
-        server, proc = start_seaweedfs(tmp / "weed")
-        try:
-            env = {**os.environ, "AWS_ENDPOINT_URL": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
-                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
-                   "PYTHONPATH": str(REPO), "CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend",
-                   "FAKE_SHARED_DIR": str(tmp / "shared"), "CACHEKEEPER_HOME": str(tmp / "home")}
-            os.environ.update({k: env[k] for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                                                     "AWS_DEFAULT_REGION")})
-            datasets: list[tuple[str, int, Callable[[Path], int]]] = []
-            rng = random.Random(8)
-            n = max(10, int(2000 * args.scale))
-            size = max(16 * MiB, int(256 * MiB * args.scale) // (16 * MiB) * 16 * MiB)
-            if args.only in (None, "small"):
-                datasets.append(("small", n, functools.partial(neuron_tree, n=n, rng=rng)))
-            if args.only in (None, "large"):
-                datasets.append(("large", 4, functools.partial(large_tree, n=4, size=size)))
-            for label, count, make in datasets:
-                bench(label, count, make, tmp, env, server, args.repeats, aws, publish, open_store, fingerprint, spec)
-        finally:
-            stop(proc, 15)
+    with seaweed_session("ck-tput-") as (tmp, server, env):
+        datasets: list[tuple[str, int, Callable[[Path], int]]] = []
+        rng = random.Random(8)
+        n = max(10, int(2000 * args.scale))
+        size = max(16 * MiB, int(256 * MiB * args.scale) // (16 * MiB) * 16 * MiB)
+        if args.only in (None, "small"):
+            datasets.append(("small", n, functools.partial(neuron_tree, n=n, rng=rng)))
+        if args.only in (None, "large"):
+            datasets.append(("large", 4, functools.partial(large_tree, n=4, size=size)))
+        for label, count, make in datasets:
+            bench(label, count, make, tmp, env, server, args.repeats, aws, publish, open_store, fingerprint, spec)
+    print(f"\nload at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
 
 def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: dict[str, str], server: object,
@@ -168,6 +184,8 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
     methods: dict[str, Callable[[Path], list[str]]] = {
         "hydrate": lambda d: [py, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", url,
                               "--dest", str(d)],
+        "hydrate fsync": lambda d: [py, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", url,
+                                    "--dest", str(d), "--durability", "fsync"],
         "boto3 x16": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "16"],
         "boto3 seq": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1"],
         "boto3 seq+fsync": lambda d: [py, "-c", BOTO_LOOP, bucket, "raw/", str(d), "1", "fsync"],
@@ -191,8 +209,9 @@ def bench(label: str, count: int, make: Callable[[Path], int], tmp: Path, env: d
         print(f"{m:15} median {statistics.median(walls):6.2f}s  {rate[m]:7.0f} MiB/s  "
               f"peak RSS {max(r for _, r, _ in rs):5.0f} MiB  CPU {cpu:5.2f}s ({cpu / (total / (1 << 30)):.2f}s/GiB)"
               f"   (runs: {', '.join(f'{w:.2f}' for w in walls)})")
-    for other in (m for m in methods if m != "hydrate"):
-        print(f"hydrate / {other:15} {rate['hydrate'] / rate[other]:.2f}x")
+    for ours in ("hydrate", "hydrate fsync"):
+        for other in (m for m in methods if not m.startswith("hydrate")):
+            print(f"{ours:13} / {other:15} {rate[ours] / rate[other]:.2f}x")
     shutil.rmtree(src, ignore_errors=True)
 
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import random
 import shutil
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,54 +42,43 @@ def main() -> None:
     ap.add_argument("--only", choices=["small", "large"])
     args = ap.parse_args()
 
-    from benchmarks.hydrate_throughput import large_tree, neuron_tree, run
-    from tests.harness.process import stop
-    from tests.harness.seaweedfs import start_seaweedfs
+    from benchmarks.hydrate_throughput import large_tree, neuron_tree, run, seaweed_session
 
     aws = shutil.which("aws")
     if aws is None:
         raise SystemExit("the AWS CLI (`aws`) is needed for the comparison")
-    with tempfile.TemporaryDirectory(prefix="ck-pub-") as tmp_s:
-        tmp = Path(tmp_s)
-        (tmp / "weed").mkdir()
-        server, proc = start_seaweedfs(tmp / "weed")
-        try:
-            env = {**os.environ, "AWS_ENDPOINT_URL": server.endpoint_url, "AWS_ACCESS_KEY_ID": server.access_key,
-                   "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
-                   "PYTHONPATH": str(REPO)}
-            server.client.create_bucket(Bucket="bench")
-            rng = random.Random(8)
-            n = max(10, int(2000 * args.scale))
-            size = max(16 * MiB, int(256 * MiB * args.scale) // (16 * MiB) * 16 * MiB)
-            datasets: list[tuple[str, Callable[[Path], int]]] = []
-            if args.only in (None, "small"):
-                datasets.append((f"{n} files of 64-512 KiB", functools.partial(neuron_tree, n=n, rng=rng)))
-            if args.only in (None, "large"):
-                datasets.append((f"4 x {size // MiB} MiB", functools.partial(large_tree, n=4, size=size)))
-            for label, make in datasets:
-                root = tmp / "tree"
-                shutil.rmtree(root, ignore_errors=True)
-                root.mkdir()
-                total = make(root)
-                results: dict[str, list[tuple[float, float, float]]] = {"publish": [], "aws s3 sync": []}
-                for rep in range(args.repeats):
-                    runs = {
-                        "publish": [sys.executable, "-c", PUBLISH, f"s3://bench/pub-{rep}", str(root)],
-                        "aws s3 sync": [aws, "s3", "sync", "--only-show-errors", str(root), f"s3://bench/sync-{rep}/"],
-                    }
-                    order = list(runs) if rep % 2 == 0 else list(reversed(runs))
-                    for name in order:
-                        results[name].append(run(runs[name], env, tmp))
-                print(f"\n{label} ({total / MiB:.0f} MiB), median of {args.repeats}:")
-                walls = {}
-                for name, rs in results.items():
-                    wall = statistics.median(r[0] for r in rs)
-                    walls[name] = wall
-                    print(f"  {name:<12} {wall:7.2f} s {total / MiB / wall:8.1f} MiB/s  "
-                          f"CPU {statistics.median(r[2] for r in rs):6.2f} s  RSS {max(r[1] for r in rs):6.0f} MiB")
-                print(f"  publish / aws s3 sync throughput: {walls['aws s3 sync'] / walls['publish']:.2f}x")
-        finally:
-            stop(proc, 10)
+    with seaweed_session("ck-pub-") as (tmp, server, env):
+        server.client.create_bucket(Bucket="bench")
+        rng = random.Random(8)
+        n = max(10, int(2000 * args.scale))
+        size = max(16 * MiB, int(256 * MiB * args.scale) // (16 * MiB) * 16 * MiB)
+        datasets: list[tuple[str, Callable[[Path], int]]] = []
+        if args.only in (None, "small"):
+            datasets.append((f"{n} files of 64-512 KiB", functools.partial(neuron_tree, n=n, rng=rng)))
+        if args.only in (None, "large"):
+            datasets.append((f"4 x {size // MiB} MiB", functools.partial(large_tree, n=4, size=size)))
+        for label, make in datasets:
+            root = tmp / "tree"
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            total = make(root)
+            results: dict[str, list[tuple[float, float, float]]] = {"publish": [], "aws s3 sync": []}
+            for rep in range(args.repeats):
+                runs = {
+                    "publish": [sys.executable, "-c", PUBLISH, f"s3://bench/pub-{rep}", str(root)],
+                    "aws s3 sync": [aws, "s3", "sync", "--only-show-errors", str(root), f"s3://bench/sync-{rep}/"],
+                }
+                order = list(runs) if rep % 2 == 0 else list(reversed(runs))
+                for name in order:
+                    results[name].append(run(runs[name], env, tmp))
+            print(f"\n{label} ({total / MiB:.0f} MiB), median of {args.repeats}:")
+            walls = {}
+            for name, rs in results.items():
+                wall = statistics.median(r[0] for r in rs)
+                walls[name] = wall
+                print(f"  {name:<12} {wall:7.2f} s {total / MiB / wall:8.1f} MiB/s  "
+                      f"CPU {statistics.median(r[2] for r in rs):6.2f} s  RSS {max(r[1] for r in rs):6.0f} MiB")
+            print(f"  publish / aws s3 sync throughput: {walls['aws s3 sync'] / walls['publish']:.2f}x")
 
 
 if __name__ == "__main__":

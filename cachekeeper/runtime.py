@@ -271,6 +271,10 @@ class CompiledComponent:
             self._warn(f"{record.dir.name}: cannot load {aot.FUNCTION_FILE} ({type(exc).__name__}: {first})")
             return None
         self.stats.loaded.append(meta.entry)
+        if self.cache_dir is not None:  # the dest's disk budget evicts by last use (hydrate/usage.py)
+            from .hydrate.usage import record_use
+
+            record_use(self.cache_dir, [meta.entry])
         return fn
 
     def _problem(self, meta: aot.AotMeta) -> str:

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import bounds
+from ..hydrate.durability import MODES as DURABILITY_MODES
+from ..hydrate.nodecache import LINK_MODES
+from ..hydrate.ready import FORMATS as ENV_FORMATS
 from .hydrate_output import progress_line, summarize
+from .node_options import bytes_option, count_option, source_of
 from .options import (
     backend_pairs,
     load_config,
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
     from ..hydrate import HydrateReport
     from ..hydrate.request import HydrateRequest
 
-FORMATS = ("shell", "systemd")
+FORMATS = ENV_FORMATS
 
 
 @click.command()
@@ -61,26 +65,57 @@ FORMATS = ("shell", "systemd")
 @click.option("--best-effort", is_flag=True, envvar="CACHEKEEPER_BEST_EFFORT",
               help="when nothing is built for this toolchain, the deadline runs out or the store fails, warn, "
               "print the env and exit 0 (the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
+@click.option("--node-cache", envvar="CACHEKEEPER_NODE_CACHE", metavar="DIR",
+              help="keep verified blobs once per node here and fill the dest from them [env CACHEKEEPER_NODE_CACHE]")
+@click.option("--node-cache-link", type=click.Choice(LINK_MODES), default="auto", show_default=True,
+              envvar="CACHEKEEPER_NODE_CACHE_LINK",
+              help="how dest files share the node cache's copy (auto: reflink, else a read-only hardlink "
+              "unless root, else copy) [env CACHEKEEPER_NODE_CACHE_LINK]")
+@click.option("--node-cache-max-bytes", "node_max", envvar="CACHEKEEPER_NODE_CACHE_MAX_BYTES", metavar="BYTES",
+              help="the node cache's budget (e.g. 200G); least recently used blobs no dest links go first")
+@click.option("--max-bytes", "max_bytes", envvar="CACHEKEEPER_MAX_BYTES", metavar="BYTES",
+              help="the dest's budget (e.g. 50G); entries not wanted now go by last use [env CACHEKEEPER_MAX_BYTES]")
+@click.option("--durability", type=click.Choice(DURABILITY_MODES), envvar="CACHEKEEPER_DURABILITY",
+              help="fsync each file, or trust the state file only within this boot (the default), or both "
+              "[env CACHEKEEPER_DURABILITY]")
+@click.option("--ready-after", "ready_after", envvar="CACHEKEEPER_READY_AFTER", metavar="N",
+              help="write the env and <dest>/.cachekeeper/ready once the first N entries (by priority) are "
+              "in place, then hydrate the rest [env CACHEKEEPER_READY_AFTER]")
+@click.option("--env-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="write the env here when ready, before the ready marker")
+@click.option("--env-format", type=click.Choice(FORMATS), default="shell", show_default=True,
+              help="--env-file as a shell sources it, or as a systemd EnvironmentFile=")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], capture_keys: tuple[str, ...], deadline: float | None, best_effort: bool,
+            node_cache: str | None, node_cache_link: str, node_max: str | None, max_bytes: str | None,
+            durability: str | None, ready_after: str | None, env_file: str | None, env_format: str,
             as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
-    from ..hydrate.request import resolve_request, run_request
+    from ..hydrate.request import NodeSettings, resolve_request, run_request
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")
+    node = NodeSettings(
+        node_cache=_dir_option("node_cache", "--node-cache", "CACHEKEEPER_NODE_CACHE", node_cache),
+        node_cache_link=node_cache_link,
+        node_cache_max_bytes=bytes_option("node_max", "--node-cache-max-bytes", "CACHEKEEPER_NODE_CACHE_MAX_BYTES",
+                                          node_max),
+        max_bytes=bytes_option("max_bytes", "--max-bytes", "CACHEKEEPER_MAX_BYTES", max_bytes),
+        durability=durability,
+        ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
+        env_file=env_file, env_format=env_format)
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
                                   trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
-                                  capture_keys=capture_keys, progress=progress_line())
+                                  capture_keys=capture_keys, progress=progress_line(), node=node)
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)
@@ -94,7 +129,23 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     warning = _warning(report, explained)
     if warning:
         say(f"warning: {warning}")
+    for line in report.warnings:
+        say(f"warning: {line}")
     summarize(report)
+
+
+def _dir_option(param: str, flag: str, env: str, value: str | None) -> str | None:
+    """A directory option: empty or an existing non-directory is refused where it enters."""
+    if value is None:
+        return None
+    from ..errors import UsageError
+
+    where = source_of(param, flag, env)
+    if not value.strip():
+        raise UsageError(f"{where} must name a directory, got an empty value")
+    if Path(value).exists() and not Path(value).is_dir():
+        raise UsageError(f"{where} {value} exists and is not a directory")
+    return value
 
 
 def _report_json(report: HydrateReport) -> dict[str, object]:
@@ -164,11 +215,9 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
 
 
 def render(exports: dict[str, str], fmt: str) -> str:
-    if fmt == "systemd":
-        # EnvironmentFile= syntax: double quotes with backslash escapes; systemd never expands $ there.
-        quoted = {k: '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for k, v in exports.items()}
-        return "".join(f"{k}={v}\n" for k, v in sorted(quoted.items()))
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(exports.items()))
+    from ..hydrate.ready import render as render_env
+
+    return render_env(exports, fmt)
 
 
 @click.command(name="env")

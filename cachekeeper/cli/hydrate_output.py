@@ -51,7 +51,21 @@ def summary(report: HydrateReport) -> dict[str, object]:
     return {"hydrate": "noop" if report.noop else "incomplete" if report.incomplete else "done",
             "files": report.files_fetched, "bytes": report.bytes_fetched, "seconds": round(report.seconds, 3),
             "mib_s": round(report.bytes_fetched / MiB / seconds, 1), "retries": report.retries,
-            "deadline_left": report.deadline_left, "in_place": report.files_total, "dest": str(report.dest)}
+            "deadline_left": report.deadline_left, "in_place": report.files_total, "dest": str(report.dest),
+            **_node_figures(report)}
+
+
+def _node_figures(report: HydrateReport) -> dict[str, object]:
+    """Only where they apply: a node cache, hot first, evictions (a plain hydrate's line is unchanged)."""
+    out: dict[str, object] = {}
+    if report.node_linked or report.node_copied or report.node_fetched_bytes:
+        out.update(node_linked=report.node_linked, node_copied=report.node_copied,
+                   node_fetched_bytes=report.node_fetched_bytes)
+    if report.ready_seconds is not None:
+        out["ready_seconds"] = round(report.ready_seconds, 3)
+    if report.evicted:
+        out["evicted"] = len(report.evicted)
+    return out
 
 
 def summarize(report: HydrateReport, tty: Callable[[], bool] = _tty) -> None:

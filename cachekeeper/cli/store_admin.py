@@ -93,16 +93,30 @@ def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: b
 @click.option("--run", "execute", is_flag=True, help="delete (default: only print the plan)")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one per object to delete, then the totals")
 @click.option("--dest", "dests", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="reclaim a hydrated dest instead: the dirs of toolchains other than its current one")
+              help="reclaim a hydrated dest instead: the dirs of toolchains other than its current one, and with "
+              "--max-bytes fit the current one to that budget by last use")
+@click.option("--node-cache", type=click.Path(file_okay=False), help="instead: fit this node cache to --max-bytes")
+@click.option("--max-bytes", "max_bytes", metavar="BYTES", help="the budget for --dest / --node-cache (e.g. 50G)")
+@click.option("--keep-lockfile", "keep_lockfiles", multiple=True, type=click.Path(dir_okay=False),
+              help="with --dest and --max-bytes: never evict the entries this lockfile pins")
 def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], min_age: float, execute: bool,
-       as_json: bool, dests: tuple[str, ...]) -> None:
-    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run."""
+       as_json: bool, dests: tuple[str, ...], node_cache: str | None, max_bytes: str | None,
+       keep_lockfiles: tuple[str, ...]) -> None:
+    """Delete unreferenced blobs (and the manifests of --drop toolchains). Plans unless --run.
+
+    With --dest: reclaim old toolchains of a hydrated dir (and fit it to --max-bytes); with --node-cache:
+    evict by last use to fit --max-bytes. Both are local (no store)."""
+    if dests or node_cache:
+        from .local_gc import local_gc
+
+        if dests:
+            _gc_dests([Path(d) for d in dests], execute, as_json)
+        if max_bytes is not None or node_cache:
+            local_gc(dests, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
+        return
     from ..gc import plan_gc, run_gc
     from ..inventory import scan
 
-    if dests:
-        _gc_dests([Path(d) for d in dests], execute, as_json)
-        return
     with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)
         (_gc_json_lines if as_json else _gc_text_lines)(plan, execute)

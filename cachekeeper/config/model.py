@@ -39,6 +39,7 @@ class ModelMatrix:
     backend_modes: tuple[tuple[str, tuple[str, ...]], ...] = ()   # per-backend modes (mapping form)
     line: int = 0                                # line of the model's name in the config
     path_line: int = 0                           # line of its `path` (local models)
+    priority: int = 0                            # hydrate places higher first (`--ready-after`)
 
     @property
     def guidance(self) -> bool:
@@ -96,6 +97,11 @@ class Config:
     hydrate_deadline: float | None = None         # seconds for a whole hydrate (the CLI's setting wins)
     hydrate_best_effort: bool = False
     capture: str = "report"                       # "publish": serving hosts may write captured sets
+    hydrate_node_cache: str | None = None         # the node-level blob cache dir (hydrate/nodecache.py)
+    hydrate_node_cache_max_bytes: int | None = None
+    hydrate_max_bytes: int | None = None          # the dest's disk budget
+    hydrate_durability: str | None = None         # fsync | boot | both (hydrate/durability.py)
+    hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
 
     @property
     def capture_publish(self) -> bool:

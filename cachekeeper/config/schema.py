@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from yaml.nodes import MappingNode, Node, SequenceNode
 
@@ -36,10 +37,14 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defa
 # leaves runtime misses to miss reports (report -> suggest -> builder). Not "off": YAML reads that as false.
 CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
-_HYDRATE_KEYS = ("deadline", "best_effort")
+_HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
+                 "ready_after")
+_DURABILITY = ("fsync", "boot", "both")   # hydrate/durability.py (not imported: the config stays light)
+MAX_BYTES = 1 << 60          # a byte budget above this is a typo, not a disk
+MAX_COUNT = 1_000_000        # entries: more than any matrix
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "pipeline", "tensor_parallel",
-               "guidance", "warmup", "max_sequence_length", "offload", *_MATRIX_KEYS)
+               "guidance", "warmup", "max_sequence_length", "offload", "priority", *_MATRIX_KEYS)
 # Backends whose runtimes cannot run a pipeline with CPU offload (their graphs live on the device).
 _NO_OFFLOAD = ("neuron", "neuron_xla")
 _SHAPE_KEYS = ("height", "width", "batch")
@@ -141,11 +146,33 @@ class _Schema(NodeReader):
             hydrate_best_effort=(self.boolean(hydrate["best_effort"][1], "hydrate.best_effort")
                                  if "best_effort" in hydrate else False),
             capture=self.choice(top, "capture", CAPTURE_MODES, "config") or "report",
+            **self.hydrate_node(hydrate),
         )
         defaults = self.matrix(self.section(top, "defaults", _MATRIX_KEYS), "defaults.")
         if "models" not in top:
             raise self.error(root, "missing required key 'models' (a list of models to build)")
         return dataclasses.replace(settings, models=self.models(top["models"][1], defaults))
+
+    def hydrate_node(self, hydrate: Fields) -> dict[str, Any]:
+        """The node-scale settings of `hydrate:` (node cache, budgets, durability, hot first)."""
+        out: dict[str, Any] = {}
+        if "node_cache" in hydrate:
+            out["hydrate_node_cache"] = local_path(self.string(hydrate["node_cache"][1], "hydrate.node_cache"),
+                                                   self.base)
+        for key in ("node_cache_max_bytes", "max_bytes"):
+            if key in hydrate:
+                out[f"hydrate_{key}"] = self.bounded(hydrate[key][1], f"hydrate.{key}", 1, MAX_BYTES)
+        if "ready_after" in hydrate:
+            out["hydrate_ready_after"] = self.bounded(hydrate["ready_after"][1], "hydrate.ready_after", 1, MAX_COUNT)
+        if "durability" in hydrate:
+            out["hydrate_durability"] = self.choice(hydrate, "durability", _DURABILITY, "hydrate")
+        return out
+
+    def bounded(self, node: Node, what: str, minimum: int, maximum: int) -> int:
+        value = self.integer(node, what, minimum)
+        if value > maximum:
+            raise self.error(node, f"{what} must be at most {maximum}, got {value}")
+        return value
 
     def version(self, top: Fields, root: Node) -> None:
         if "version" not in top:
@@ -309,6 +336,8 @@ class _Schema(NodeReader):
             model=ref, backends=backends, modes=tuple(sorted({m for _, ms in backend_modes for m in ms})),
             dtypes=dtypes, shapes=shapes, backend_modes=backend_modes,
             line=line_of(name_node), path_line=line_of(fields["path"][1]) if "path" in fields else 0,
+            priority=self.bounded(fields["priority"][1], f"{where} priority", 0, MAX_COUNT)
+            if "priority" in fields else 0,
         )
 
     def model_ref(self, node: Node, fields: Fields, name: str, where: str) -> ModelRef:

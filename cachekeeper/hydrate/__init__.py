@@ -12,7 +12,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +36,11 @@ from ..stores.reader import Deadline
 if TYPE_CHECKING:
     from ..signing import PublicKey
     from .fetch import FetchStats
-from .plan import plan_hydrate
+    from .nodecache import NodeCache
+from . import usage
+from .durability import DEFAULT as DEFAULT_DURABILITY
+from .durability import Durability, boot_bound, boot_id, filesystem, fsyncs
+from .plan import HydratePlan, plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
 from .state import (
     STATE_DIR,
@@ -49,6 +53,7 @@ from .state import (
     stat_matches,
     state_dir,
 )
+from .state import trusted as state_trusted
 
 __all__ = ["HydrateReport", "hydrate"]
 
@@ -69,6 +74,13 @@ class HydrateReport:
     deadline_left: float | None = None   # seconds of the --deadline budget left at the end
     incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
     nothing_built: bool = False          # best effort: the store has nothing of this toolchain to hydrate
+    durability: str = ""                 # fsync | boot | both (hydrate/durability.py)
+    node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
+    node_copied: int = 0                 # ... copied from it
+    node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
+    warnings: list[str] = field(default_factory=list)   # one line each (node cache fallbacks, budget)
+    evicted: list[str] = field(default_factory=list)    # entries removed to fit --max-bytes
+    ready_seconds: float | None = None                  # --ready-after: when the hot entries were in place
 
     def to_dict(self) -> dict[str, object]:
         d = dict(self.__dict__)
@@ -76,8 +88,9 @@ class HydrateReport:
         return d
 
 
-def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
-    """What is at a target now, never following a symlink there."""
+def _probe(verify: bool, trust: bool = True) -> Callable[[Path, PlacedFile | None], str]:
+    """What is at a target now, never following a symlink there. Without `trust` (a boot-bound state
+    file of another boot) a listed file is checked by size, then by digest."""
     def probe(path: Path, placed: PlacedFile | None) -> str:
         st = lstat_or_none(path)
         if st is None or stat.S_ISLNK(st.st_mode):
@@ -88,8 +101,10 @@ def _probe(verify: bool) -> Callable[[Path, PlacedFile | None], str]:
         if not stat.S_ISREG(st.st_mode):
             raise DestinationError(f"{path} is a FIFO, socket or device where a manifest places a file; "
                                    "hydrate does not replace it", "remove it, or hydrate into a fresh directory")
-        if placed is not None and not verify and stat_matches(path, placed):
+        if placed is not None and not verify and trust and stat_matches(path, placed):
             return "ok"
+        if placed is not None and not trust and st.st_size != placed.size:
+            return "missing"  # the size says it is not the placed file: no need to hash it
         return "check"
     return probe
 
@@ -157,7 +172,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
             verify: bool = False, require_all: bool = False, threads: int = 16,
             trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
-            progress: Callable[[FetchStats], None] | None = None) -> HydrateReport:
+            progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
+            node_cache: NodeCache | None = None, max_bytes: int | None = None) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
@@ -165,14 +181,17 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
     `best_effort` the report says why in `incomplete` (the server starts and compiles the rest). Best
     effort covers nothing built for this toolchain (`nothing_built`), a failing store and a busy lock too.
+    `durability`: fsync each file, or trust the state file only within this boot, or both (durability.py).
+    `node_cache`: fill the dest from this node's shared copy, fetching into it what it lacks (nodecache.py).
+    `max_bytes`: the dest's budget; entries not wanted now are evicted by last use to fit (usage.py).
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
     dest = dest.absolute()
-    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id)
+    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id, durability=durability)
     try:
         _hydrate(report, open_store, fingerprint, extra_roots, pins, models, verify, require_all, threads,
-                 trusted, budget, best_effort, progress)
+                 trusted, budget, best_effort, progress, _Local(durability, node_cache, max_bytes))
     except SOFT_ERRORS as exc:
         if not best_effort:
             raise
@@ -188,22 +207,37 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
 SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy)
 
 
+@dataclass(frozen=True)
+class _Local:
+    """How this node keeps what it places: durability, the shared node cache, the dest's disk budget."""
+
+    durability: Durability
+    node_cache: NodeCache | None
+    max_bytes: int | None
+
+
 def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
              extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
              require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
-             best_effort: bool, progress: Callable[[FetchStats], None] | None) -> None:
+             best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local) -> None:
     dest = report.dest
+    durability, max_bytes = local.durability, local.max_bytes
     _prepare_dest(dest)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
     with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
         state = load_state(dest)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
-        if state is not None and pins is not None and not verify and _still_in_place(state, pins, trusted_ids) \
+        trust = state is not None and state_trusted(state, dest)
+        if state is not None and pins is not None and not verify and trust \
+                and _still_in_place(state, pins, trusted_ids) \
                 and not _captured_since(open_store, fingerprint, state, pins, budget):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
+            usage.record_use(dest, report.manifests)
+            if max_bytes is not None:
+                _fit(dest, state, max_bytes, set(report.manifests), report)
             return
         with contextlib.ExitStack() as stack:
             from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
@@ -214,23 +248,34 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                 "reading manifests")
             stack.callback(store.close)   # the store this run opened: its clients and pools go with it
             joiner = SafeJoiner()
-            plan = plan_hydrate(manifests, roots, state, _probe(verify), _parent_checker(joiner), joiner)
+            plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
             if state is None:
                 # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
                 # midway is resumed (present files verified and adopted) rather than refused as foreign.
                 # Only now: a run that found nothing to place (nothing built, a store down) claims nothing.
-                save_state(dest, State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
-                                       roots={k: str(v) for k, v in roots.items()}))
+                save_state(dest, _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                                                roots={k: str(v) for k, v in roots.items()}), dest, durability))
             # Only the roots this run writes to are created, marked live and swept.
             used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                 | {p.record.root for p in plan.check}
             tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
+            from_node = _from_node_cache(local.node_cache, plan, store, threads, budget, durability, report,
+                                         roots.values())
             placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
-                                    roots=roots.values())
+                                    roots=roots.values(), durable=fsyncs(durability))
+            placed.update(from_node)
             have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
             applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen)
+            saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen, durability,
+                          trust)
+            if saved is not None:
+                usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
+                if max_bytes is not None:
+                    _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
+                         report)
         _fill(report, applied, stats, len(have))
+        report.files_fetched += len(from_node)
+        report.bytes_fetched += report.node_fetched_bytes
         broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
         report.missing += broken
         if stats.fatal is not None:
@@ -351,10 +396,16 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
           roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
-          captured_seen: list[str]) -> None:
-    """Old entries that are still intact (this covers files the plan kept), plus what was just placed."""
-    state = State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
-                  roots={k: str(v) for k, v in roots.items()})
+          captured_seen: list[str], durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> State | None:
+    """Old entries that are still intact (this covers files the plan kept), plus what was just placed.
+    An untrusted old state (another boot) contributes only what this run verified again. None: nothing
+    was placed and nothing was claimed before, so the dest is left unclaimed."""
+    if durability == "fsync" and old is not None and trust and old.files and boot_bound(old.durability):  # type: ignore[arg-type]
+        durability = "both"  # the files it keeps were never fsynced: this state may speak only for this boot
+    state = _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                           roots={k: str(v) for k, v in roots.items()}), dest, durability)
+    if old is not None and not trust:
+        old = State(manifests=old.manifests, signed=old.signed, captured_seen=old.captured_seen)
     if old is not None:
         state.manifests.update(old.manifests)
         state.signed.update(old.signed)
@@ -367,8 +418,58 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     state.captured_seen = sorted(set(captured_seen) | (set(old.captured_seen) if old else set()))
     if old is None and not state.files and not state.manifests:
         drop_state(dest)   # a run that placed nothing claims nothing: the next toolchain may use the dir
-        return
+        return None
     save_state(dest, state)
+    return state
+
+
+def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport) -> None:
+    """Evict entries this run does not want, by last use, until the dest fits `max_bytes`."""
+    ev = usage.plan(dest, state, max_bytes, keep=wanted)
+    usage.apply(dest, state, ev)
+    report.evicted = [e.name for e in ev.evict]
+    if ev.short:
+        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "
+                               "left is wanted now or was used within the last hour")
+
+
+def _stamped(state: State, dest: Path, durability: Durability) -> State:
+    """The state as this run writes it: how it was made durable, in which boot, on which filesystem."""
+    state.durability, state.boot_id, state.filesystem = durability, boot_id(), filesystem(dest)
+    return state
+
+
+def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, threads: int, budget: Deadline,
+                     durability: Durability, report: HydrateReport, roots: Iterable[Path]) -> dict[str, PlacedFile]:
+    """Place what the plan would fetch from the node cache (fetching into it what it lacks); the plan is
+    left with only what must still come straight from the store. Fallbacks are reported, never fatal."""
+    if node is None or not plan.fetch:
+        return {}
+    from .fetch import execute
+
+    why = node.open() or node.room_for(plan.fetch_bytes)
+    if why:
+        report.warnings.append(why)
+        return {}
+
+    def fetch(sub: HydratePlan, roots: list[Path], tag: str) -> tuple[dict[str, PlacedFile], int]:
+        got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=fsyncs(durability))
+        if isinstance(stats.fatal, DestinationError):  # the node cache filled up or broke meanwhile
+            report.warnings.append(f"node cache {node.root} failed ({stats.fatal.message}); "
+                                   "what it lacks is fetched straight into the dest")
+        return got, stats.bytes
+
+    placed, rest = node.serve(plan, fetch, budget)
+    if fsyncs(durability):  # the links' new directories, durable before the state file names their files
+        from .fetch import sync_new_dirs
+
+        sync_new_dirs({os.path.dirname(p.target) for ps in plan.fetch.values() for p in ps
+                       if file_key(p.record.root, p.record.path) in placed}, roots, threads)
+    plan.fetch = rest.fetch
+    report.node_linked, report.node_copied = node.report.linked, node.report.copied
+    report.node_fetched_bytes = node.report.fetched_bytes
+    report.warnings += node.report.warnings
+    return placed
 
 
 def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, total: int) -> None:

@@ -7,9 +7,10 @@ bytes in flight are at most `threads * READ_CHUNK` whatever the pack, blob or ca
 Every read runs under the hydrate's deadline and resumes from the last byte received after a reset or a
 stall (`stores/reader.py`). When the deadline runs out or the store fails, what was placed so far is
 returned (each file is complete and verified), so the caller records it and a rerun fetches the rest.
-Durability is bounded to our own files: each is fsynced before its rename and its directory after it, on
-committer threads while the streams go on; the directories created are fsynced (through their parents)
-at the end, before the state file says the files are there (no global sync; docs/durability.md).
+Durability is bounded to our own files: with `durable`, each is fsynced before its rename and its
+directory after it, on committer threads while the streams go on (hydrate/commit.py); the directories
+created are fsynced (through their parents) at the end, before the state file says the files are there
+(no global sync; docs/durability.md). Without it the state file is boot-bound instead (durability.py).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
 from ..manifest import blob_key
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into
+from .commit import Committer
 from .plan import HydratePlan, Placement, coalesce
 from .state import PlacedFile
 
@@ -46,10 +48,6 @@ FETCH_THREADS = 16
 # on real object stores); CACHEKEEPER_PART_MIB=0 turns it off.
 _PART_MIB = checked_env("CACHEKEEPER_PART_MIB", PART_MIB)
 PART = int((32 if _PART_MIB is None else _PART_MIB) * (1 << 20))
-# Files verified and waiting for their fsync + rename, and the threads doing those (fsyncs in flight
-# at once are what lets the disk merge their flushes; each waiting file holds a descriptor).
-COMMIT_THREADS = 16
-COMMIT_BACKLOG = 64
 GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway
 T = TypeVar("T")
 
@@ -76,8 +74,9 @@ class FetchStats:
 class _Run:
     """What the workers of one execute() share: the store, the budget, and what they placed."""
 
-    def __init__(self, store: Store, deadline: Deadline, tag: str | None) -> None:
+    def __init__(self, store: Store, deadline: Deadline, tag: str | None, durable: bool = True) -> None:
         self.store = store
+        self.durable = durable
         self.deadline = deadline
         self.tag = tag
         self.lock = threading.Lock()
@@ -85,7 +84,7 @@ class _Run:
         self.stats = FetchStats()
         self.dirs: set[str] = set()      # parents of the files placed (they got a new entry)
         self.unsynced: set[str] = set()  # ... of which not fsynced after that file's rename
-        self.committer = _Committer(self, COMMIT_THREADS, COMMIT_BACKLOG)
+        self.committer = Committer(self.place, durable=durable)
 
     def place(self, p: Placement, st: os.stat_result, fetched: bool = True, parent_synced: bool = False) -> None:
         with self.lock:
@@ -121,62 +120,9 @@ def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what
         out.abort()
         raise IntegrityError(f"{what} for {p.record.path} failed verification")
     if wait:
-        run.place(p, out.commit(fsync=True))
+        run.place(p, out.commit(fsync=run.durable))
     else:
         run.committer.submit(p, out)
-
-
-class _Committer:
-    """fsync + rename + record, on threads of their own. Inline, each file's fsync stopped its stream
-    for a disk round trip (most of a small-file hydrate's wall time went to waiting there); here the
-    streams keep receiving, and many fsyncs in flight at once let the block layer merge their cache
-    flushes. The order per file is unchanged: data durable, then the rename, then recorded as placed.
-    `backlog` bounds the verified files waiting (each holds an open descriptor)."""
-
-    def __init__(self, run: _Run, threads: int, backlog: int) -> None:
-        self.run = run
-        self.jobs: queue.SimpleQueue[tuple[Placement, AtomicFile] | None] = queue.SimpleQueue()
-        self.room = threading.Semaphore(backlog)
-        self.cond = threading.Condition()
-        self.pending = 0
-        self.max_threads = threads
-        self.threads = 0
-        self.error: BaseException | None = None
-
-    def submit(self, p: Placement, out: AtomicFile) -> None:
-        self.room.acquire()
-        with self.cond:
-            self.pending += 1
-            start = self.threads < min(self.max_threads, self.pending)
-            self.threads += start
-        if start:  # threads start as work arrives: a one-file hydrate starts one
-            threading.Thread(target=self._work, name="ck-commit", daemon=True).start()
-        self.jobs.put((p, out))
-
-    def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            p, out = job
-            try:
-                st = out.commit(fsync=True)
-                fsync_dir(os.path.dirname(p.target))  # the rename, durable while the streams go on
-                self.run.place(p, st, parent_synced=True)
-            except BaseException as exc:  # handed to execute() by drain()
-                with self.cond:
-                    self.error = self.error or exc
-            finally:
-                self.room.release()
-                with self.cond:
-                    self.pending -= 1
-                    self.cond.notify_all()
-
-    def drain(self, timeout: float | None) -> None:
-        """Wait for every submitted file to be placed (or `timeout`: a file still in its fsync then is
-        simply not recorded; a later run adopts it by its hash). Then the threads end."""
-        with self.cond:
-            self.cond.wait_for(lambda: self.pending == 0, timeout)
-            threads = self.threads
-        for _ in range(threads):
-            self.jobs.put(None)
 
 
 def _copy_placed(run: _Run, src: Placement, p: Placement) -> None:
@@ -455,10 +401,11 @@ def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline:
 
 def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, deadline: Deadline | None = None,
             tag: str | None = None, progress: Callable[[FetchStats], None] | None = None,
-            roots: Iterable[Path] = ()) -> tuple[dict[str, PlacedFile], FetchStats]:
+            roots: Iterable[Path] = (), durable: bool = True) -> tuple[dict[str, PlacedFile], FetchStats]:
     """Returns what was placed ("root/path" -> PlacedFile) and counters. Never raises for a deadline or
-    a store failure: those end in `stats.timed_out` / `stats.failed` with everything placed so far."""
-    run = _Run(store, deadline or Deadline(), tag)
+    a store failure: those end in `stats.timed_out` / `stats.failed` with everything placed so far.
+    `durable`: fsync every file and directory entry before returning (durability "fsync" / "both")."""
+    run = _Run(store, deadline or Deadline(), tag, durable)
     stats = run.stats
     tick = (lambda: progress(stats)) if progress is not None else None
     # No cyclic GC while fetching: the plan's objects are long-lived and the fetch makes no cycles, yet
@@ -470,7 +417,8 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
     finally:
         if collecting:
             gc.enable()
-    _sync_dirs(dirs, threads)
+    if durable:
+        _sync_dirs(dirs, threads)
     return placed, stats
 
 
@@ -546,6 +494,12 @@ def _dirs_to_sync(dirs: set[str], unsynced: set[str], roots: set[str]) -> set[st
             above.add(up)
             d = up
     return todo | above
+
+
+def sync_new_dirs(dirs: set[str], roots: Iterable[Path], threads: int = FETCH_THREADS) -> None:
+    """fsync directories that got files placed some other way (the node cache's links) and every
+    ancestor up to its root: the same promise as a fetched file's."""
+    _sync_dirs(_dirs_to_sync(dirs, set(dirs), {str(r) for r in roots}), threads)
 
 
 def _sync_dirs(todo: set[str], threads: int) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import BackendUnavailable, ConfigError, ToolchainMismatch, UsageError
 from ..manifest import KIND_ENTRY
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from ..signing import PublicKey
     from ..stores.base import Store
     from . import HydrateReport
+    from .durability import Durability
     from .fetch import FetchStats
+    from .nodecache import LinkMode, NodeCache
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,9 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
     tc = host_toolchain(config, pick_backend(config, backend), options, device)
     if config is not None and pins is None:
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
+        priority = {m.model.name: m.priority for m in config.models}
+        # Hot first: higher `priority:` first, the config's order within one priority (a stable sort).
+        entries.sort(key=lambda e: -priority.get(e.spec.model, 0))
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
     target = Path(dest) if dest is not None else default_dest(tc.name)
     return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url, locked_fp,
@@ -198,15 +203,46 @@ def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
                              path=req.lockfile, fingerprint=locked)
 
 
+@dataclass(frozen=True)
+class NodeSettings:
+    """The node-scale settings of one hydrate (flags, env or config; None: the config's, else off)."""
+
+    node_cache: str | None = None
+    node_cache_link: str = "auto"
+    node_cache_max_bytes: int | None = None
+    max_bytes: int | None = None
+    durability: str | None = None
+    ready_after: int | None = None
+    env_file: str | None = None
+    env_format: str = "shell"
+
+    def over(self, config: Config | None) -> NodeSettings:
+        if config is None:
+            return self
+        return NodeSettings(
+            node_cache=self.node_cache or config.hydrate_node_cache, node_cache_link=self.node_cache_link,
+            node_cache_max_bytes=self.node_cache_max_bytes or config.hydrate_node_cache_max_bytes,
+            max_bytes=self.max_bytes or config.hydrate_max_bytes,
+            durability=self.durability or config.hydrate_durability,
+            ready_after=self.ready_after or config.hydrate_ready_after, env_file=self.env_file,
+            env_format=self.env_format)
+
+
 def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
                 trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
                 capture_keys: Sequence[str] = (),
-                progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
+                progress: Callable[[FetchStats], None] | None = None,
+                node: NodeSettings | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
-    hydrate settings apply unless the caller sets them."""
+    hydrate settings apply unless the caller sets them.
+
+    With `ready_after` N (hot first), the first N wanted entries are hydrated, then the env and the ready
+    marker are written (hydrate/ready.py, in the dest's own `.cachekeeper/`), then the rest, in this
+    process; `complete` follows."""
     from .. import bounds
-    from . import HydrateReport, hydrate
+    from . import HydrateReport, hydrate, ready
     from .destdir import claim_layout
+    from .durability import DEFAULT, fsyncs
 
     tc, config = req.toolchain, req.config
     # The CLI's flags were checked by click; the Python API's arguments are checked here, with the same bounds.
@@ -218,17 +254,55 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
         raise UsageError("require-all (fail on any miss) and best effort (the flag, env CACHEKEEPER_BEST_EFFORT or "
                          "the config's hydrate.best_effort) contradict each other; drop one")
     deadline = deadline if deadline is not None else (config.hydrate_deadline if config else None)
+    settings = (node or NodeSettings()).over(config)
     served = served_path(req.dest, tc)
     exports = tc.backend.env_exports(served)  # before any download: it refuses env that ignores the dir
+    if settings.ready_after and req.pins is None:
+        raise UsageError("hot first (ready after N entries) needs the wanted entries in order: a config or a "
+                         "lockfile names them, a listing of the store does not")
     mismatch = _lock_mismatch(req)
     if mismatch is not None:
         if not best_effort:
             raise mismatch
         return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=mismatch.message), exports
     claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline)
-    report = hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=served,
-                     extra_roots=tc.backend.extra_roots(tc.options), pins=req.pins,
-                     models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                     threads=threads, trusted=trusted_keys(trusted, capture_keys), deadline=deadline,
-                     best_effort=best_effort, progress=progress)
+    durability = cast("Durability", settings.durability or DEFAULT)
+    keys = trusted_keys(trusted, capture_keys)
+
+    def run(pins: list[Pin] | None) -> HydrateReport:
+        return hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=served,
+                       extra_roots=tc.backend.extra_roots(tc.options), pins=pins,
+                       models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
+                       threads=threads, trusted=keys, deadline=deadline, best_effort=best_effort,
+                       progress=progress, durability=durability,
+                       node_cache=_node_cache(settings, fsyncs(durability), verify), max_bytes=settings.max_bytes)
+
+    top = served.parent   # the ready markers sit in the dest's own .cachekeeper/, beside layout.json
+    marked = bool(settings.ready_after or settings.env_file)
+    env_file = Path(settings.env_file) if settings.env_file else None
+    env_text = ready.render(exports, settings.env_format)
+    if marked:
+        ready.clear(top)
+    first: HydrateReport | None = None
+    if settings.ready_after and req.pins is not None and settings.ready_after < len(req.pins):
+        first = run(req.pins[:settings.ready_after])
+        ready.mark(top, ready.READY, first.manifests, env_text, env_file)
+    report = run(req.pins)
+    if first is not None:
+        report.ready_seconds = first.seconds
+        report.seconds += first.seconds
+        report.warnings = first.warnings + [w for w in report.warnings if w not in first.warnings]
+    if marked:
+        if first is None:
+            ready.mark(top, ready.READY, report.manifests, env_text, env_file)
+        ready.mark(top, ready.COMPLETE, report.manifests, env_text, env_file)
     return report, exports
+
+
+def _node_cache(settings: NodeSettings, durable: bool, verify: bool) -> NodeCache | None:
+    if not settings.node_cache:
+        return None
+    from .nodecache import NodeCache
+
+    return NodeCache(Path(settings.node_cache).absolute(), cast("LinkMode", settings.node_cache_link),
+                     durable=durable, verify=verify, max_bytes=settings.node_cache_max_bytes)

@@ -40,5 +40,20 @@ def hydrate_into(open_store: object, dest: Path, names: list[str], **kw: object)
                    pins=[Pin(n) for n in names], **kw)  # type: ignore[arg-type]
 
 
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The path of every file or directory fsynced from now on, in order (from any thread)."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -87,8 +87,10 @@ def test_a_store_that_keeps_failing_is_reported_once_and_the_rest_still_lands(
     assert len(read_tree(tmp_path / "d")) == len(files) - 1
 
 
+@pytest.mark.parametrize("durability", ["fsync", "both"])
 def test_durability_is_our_own_fsyncs_never_a_global_sync(
-        cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        durability: str) -> None:
     root, files, name, _ = cache
     synced: list[int] = []
     real_fsync = os.fsync
@@ -102,9 +104,25 @@ def test_durability_is_our_own_fsyncs_never_a_global_sync(
 
     monkeypatch.setattr(os, "sync", no_sync)
     monkeypatch.setattr(os, "fsync", fsync)
-    hydrate_into(lambda: FileStore(root), tmp_path / "d", [name])
+    hydrate_into(lambda: FileStore(root), tmp_path / "d", [name], durability=durability)
     dirs = {p.parent for p in (tmp_path / "d").rglob("*.neff")}
     assert len(synced) >= len(files) + len(dirs) + 1  # each file, each changed dir, the state file
+
+
+def test_boot_durability_fsyncs_only_the_state_file_and_records_the_boot(
+        cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.hydrate.durability import boot_id
+    from cachekeeper.hydrate.state import load_state
+
+    from .helpers import record_fsyncs
+
+    root, files, name, _ = cache
+    synced = record_fsyncs(monkeypatch)
+    hydrate_into(lambda: FileStore(root), tmp_path / "d", [name], durability="boot")
+    assert read_tree(tmp_path / "d") == files
+    assert not [p for p in synced if p.endswith(".neff") or ".neff." in p]   # no file's data is fsynced
+    state = load_state(tmp_path / "d")
+    assert state is not None and state.durability == "boot" and state.boot_id == boot_id() != ""
 
 
 def test_peak_memory_stays_flat_for_a_large_pack_and_a_large_blob(

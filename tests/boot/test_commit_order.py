@@ -66,7 +66,7 @@ def test_each_file_is_durable_before_its_rename_and_everything_before_the_state_
     store, files, name = published
     dest = tmp_path / "dest"
     events = _record(monkeypatch)
-    hydrate_into(lambda: store, dest, [name])
+    hydrate_into(lambda: store, dest, [name], durability="fsync")
     assert read_tree(dest) == files
 
     state = str(dest / ".cachekeeper" / "state.json")
@@ -100,7 +100,7 @@ def test_a_rename_that_fails_on_a_committer_thread_is_one_error_and_the_rest_is_
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(DestinationError, match=r"cannot place .*07\.neff: Permission denied"):
-        hydrate_into(lambda: store, dest, [name])
+        hydrate_into(lambda: store, dest, [name], durability="fsync")
     state = load_state(dest)
     assert state is not None
     recorded = {k.split("/", 1)[1] for k in state.files}

@@ -80,7 +80,8 @@ CASES: dict[str, tuple[str, str]] = {
     "unknown key without a close match lists the keys": (
         MODEL + "    zzz: 1  # <-\n",
         "unknown key 'zzz' in model 'a' (expected one of: backends, component, dtypes, guidance, hub, inputs, "
-        "max_sequence_length, modes, name, offload, path, pipeline, revision, shapes, tensor_parallel, warmup)"),
+        "max_sequence_length, modes, name, offload, path, pipeline, priority, revision, shapes, tensor_parallel, "
+        "warmup)"),
     "tensor_parallel not an integer": (MODEL + "    tensor_parallel: two  # <-\n",
                                        "model 'a' tensor_parallel must be an integer, got 'two'"),
     "tensor_parallel zero": (MODEL + "    tensor_parallel: 0  # <-\n",

@@ -228,14 +228,20 @@ def test_ranged_reads_are_coalesced_across_small_gaps() -> None:
     assert [(s, n, len(m)) for s, n, m in ranges] == [(0, 30, 2), (10_000_000, 5, 1)]
 
 
-def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: FileStore, tmp_path: Path) -> None:
+@pytest.mark.parametrize("node_cache", [False, True], ids=["direct", "node-cache"])
+def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: FileStore, tmp_path: Path,
+                                                                    node_cache: bool) -> None:
+    """With a node cache too: its objects are complete and verified or absent, its per-blob locks die
+    with the holder (the rerun does not wait), and the rerun finishes both the node cache and the dest."""
     import subprocess
     import sys
     import time
 
+    from cachekeeper.hydrate.nodecache import NodeCache
+
     files = {f"d/{i:03d}": os.urandom(snapshot.SMALL_FILE + i) for i in range(12)}  # 12 standalone blobs
     m = _publish(store, write_tree(tmp_path / "b", files))
-    dest = tmp_path / "dest"
+    dest, node = tmp_path / "dest", tmp_path / "node"
     script = f"""
 import time
 from pathlib import Path
@@ -256,24 +262,41 @@ class Slow(FileStore):
         body.chunks = slow
         return body
 
+from cachekeeper.hydrate.nodecache import NodeCache
+node = NodeCache(Path({str(node)!r}), link="hardlink") if {node_cache!r} else None
 store = Slow(Path({str(store.root)!r}))
 hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchain": "1"}}),
-        dest=Path({str(dest)!r}), extra_roots={{}}, pins=[Pin({m.name!r})], threads=2)
+        dest=Path({str(dest)!r}), extra_roots={{}}, pins=[Pin({m.name!r})], threads=2, node_cache=node)
 """
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 30
-    # Wait for placed files, not temp files: verified files can wait for their fsync + rename.
-    while time.monotonic() < deadline and len([p for p in dest.rglob("d/*") if not p.name.endswith("ck-tmp")]) < 2:
+    # Wait for placed files, not temp files: verified files can wait for their fsync + rename. With a
+    # node cache they land there first (the dest is linked once a batch of blobs is in).
+    watched, pattern = (node / "objects", "*/*") if node_cache else (dest, "d/*")
+    while time.monotonic() < deadline and len([p for p in watched.glob(pattern) if not p.name.endswith(("ck-tmp",
+                                                                                                        ".ok"))]) < 2:
         time.sleep(0.02)
     proc.kill()
     proc.wait()
     visible = {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("d/*")
                if not p.name.endswith("ck-tmp")}
-    assert 0 < len(visible) < len(files)
     assert all(files[k] == v for k, v in visible.items())  # whatever is visible is complete and right
-    report = _hydrate(store, dest, pins=[Pin(m.name)])
+    if node_cache:
+        objects = [p for p in (node / "objects").glob("*/*") if not p.name.endswith(("ck-tmp", ".ok"))]
+        assert 0 < len(objects) < len(files)
+        assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in objects)  # verified or absent
+    else:
+        assert 0 < len(visible) < len(files)
+    t0 = time.monotonic()
+    report = _hydrate(store, dest, pins=[Pin(m.name)], node_cache=NodeCache(node, link="hardlink") if node_cache
+                      else None)
+    assert time.monotonic() - t0 < 20        # no lock outlived its dead holder
     assert read_tree(dest) == files
-    assert report.files_verified_local >= 1 and not list(dest.rglob("*.ck-tmp"))
+    assert not list(dest.rglob("*.ck-tmp")) and not list(node.rglob("*.ck-tmp"))
+    if node_cache:
+        assert report.node_linked == len(files) and 0 < report.node_fetched_bytes < sum(map(len, files.values()))
+    else:
+        assert report.files_verified_local >= 1
 
 
 def test_an_entry_whose_blob_is_gone_is_a_miss_and_the_rest_still_hydrates(store: FileStore, tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ def _validate(path: Path) -> subprocess.CompletedProcess[str]:
                            str(path)], capture_output=True, text=True, check=False)
 
 
-def _pod() -> dict[str, Any]:
-    [deployment] = [d for d in k8s_documents() if d["kind"] == "Deployment"]
+def _pod(name: str = "flux-inference") -> dict[str, Any]:
+    [deployment] = [d for d in k8s_documents() if d["kind"] == "Deployment"
+                    and d["metadata"]["name"] == name]  # type: ignore[index]
     pod: dict[str, Any] = deployment["spec"]["template"]["spec"]  # type: ignore[index]
     return pod
 
@@ -33,7 +34,7 @@ def test_the_manifests_pass_kubernetes_validate() -> None:
     pytest.importorskip("kubernetes_validate")
     proc = _validate(BOOT / "kubernetes.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("passed for resource") == 2
+    assert proc.stdout.count("passed for resource") == 3
 
 
 def test_the_validator_catches_a_wrong_field(tmp_path: Path) -> None:
@@ -72,3 +73,21 @@ def test_the_config_map_holds_a_valid_cachekeeper_config(tmp_path: Path) -> None
     path = tmp_path / "prebuild.yaml"
     path.write_text(config_map["data"]["prebuild.yaml"])  # type: ignore[index]
     assert [e.spec.shape.label() for e in load_config(str(path)).entries()] == ["1024x1024x1"]
+
+
+def test_the_node_form_shares_a_host_path_node_cache_and_starts_the_server_at_the_ready_marker() -> None:
+    pod = _pod("flux-inference-node")
+    [node] = [v for v in pod["volumes"] if "hostPath" in v]
+    [hydrate] = pod["initContainers"]
+    server = pod["containers"][0]
+    assert hydrate["restartPolicy"] == "Always", "a native sidecar: phase 2 goes on after the server starts"
+    assert {"name": node["name"], "mountPath": "/node"} in hydrate["volumeMounts"]
+    assert {"name": "CACHEKEEPER_NODE_CACHE", "value": "/node"} in hydrate["env"]
+    script = hydrate["command"][-1]
+    assert "--ready-after" in script and "exec cachekeeper capture" in script   # never exits after phase 2
+    probe = hydrate["startupProbe"]["exec"]["command"]
+    dest = script.split("--dest ")[1].split()[0]
+    assert probe == ["test", "-f", f"{dest}/.cachekeeper/ready"]
+    env_file = script.split("--env-file ")[1].split()[0]
+    assert server["command"][-1].startswith(f". {env_file} && exec ")
+    assert all(m["name"] != node["name"] for m in server["volumeMounts"]), "the server never sees the node cache"

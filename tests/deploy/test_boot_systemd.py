@@ -16,6 +16,7 @@ from cachekeeper.cli.boot import render
 from .conftest import SYSTEMD, env_file, unit_values
 
 HYDRATE = SYSTEMD / "cachekeeper-hydrate.service"
+HOT = SYSTEMD / "cachekeeper-hydrate-hot.service"
 SERVER = SYSTEMD / "inference.service"
 
 
@@ -29,7 +30,7 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         text = unit.read_text().replace("/usr/local/bin/cachekeeper", str(cachekeeper))
         (tmp_path / unit.name).write_text(text.replace("/usr/bin/python3", sys.executable))
     units = sorted(str(p) for p in tmp_path.glob("*.service"))
-    assert len(units) == 3
+    assert len(units) == 4
     proc = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
 
@@ -64,3 +65,13 @@ def test_runtime_compiles_are_published_at_shutdown_and_periodically() -> None:
     assert stop.startswith("-") and " capture " in stop and "--publish" in stop  # never fails the shutdown
     [watch] = unit_values(SYSTEMD / "cachekeeper-capture.service", "Service", "ExecStart")
     assert " capture " in watch and "--publish --watch" in watch
+
+
+def test_the_hot_first_unit_tells_systemd_ready_after_the_first_entries_then_goes_on() -> None:
+    assert unit_values(HOT, "Service", "Type") == ["notify"]   # the server starts at READY=1, not at exit
+    assert unit_values(HOT, "Unit", "Before") == ["inference.service"]
+    [start] = unit_values(HOT, "Service", "ExecStart")
+    assert "--ready-after ${CACHEKEEPER_READY_AFTER}" in start and "--env-format systemd" in start
+    written = start.split("--env-file ")[1].split()[0]
+    assert unit_values(SERVER, "Service", "EnvironmentFile") == [f"-{written}"]
+    assert int(env_file(SYSTEMD / "hydrate.env")["CACHEKEEPER_READY_AFTER"]) >= 1

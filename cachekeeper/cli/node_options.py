@@ -1,0 +1,52 @@
+"""The node-scale options of `hydrate` and `gc` (node cache, byte budgets, durability, hot first), checked
+where they enter: a value from a flag or an environment variable that is 0 where meaningless, negative,
+not a number, or absurdly large is one `error:` line naming its source (exit 2), before any work.
+
+Values arrive as strings (click does not parse them) so that the message can name the flag or the
+variable the bad value came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import click
+
+from ..errors import UsageError
+
+MAX_BYTES = 1 << 60
+MAX_COUNT = 1_000_000
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_BYTES_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+def source_of(param: str, flag: str, env: str | None) -> str:
+    """`--flag` or `env VAR`: where the value of click parameter `param` came from."""
+    ctx = click.get_current_context(silent=True)
+    if env and ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.ENVIRONMENT:
+        return env
+    return flag
+
+
+def parse_bytes(text: str, source: str) -> int:
+    """`20000000000`, `20G`, `512MiB`: a positive number of bytes, at most 2**60."""
+    m = _BYTES_RE.fullmatch(text)
+    value = float(m.group(1)) * _SUFFIX[m.group(2).lower()] if m else math.nan
+    if not math.isfinite(value) or value < 1 or value > MAX_BYTES:
+        raise UsageError(f"{source} must be a byte count from 1 to 2**60 (e.g. 20G), got {text!r}")
+    return int(value)
+
+
+def parse_count(text: str, source: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_COUNT:
+        raise UsageError(f"{source} must be a whole number from 1 to {MAX_COUNT}, got {text!r}")
+    return int(text)
+
+
+def bytes_option(param: str, flag: str, env: str | None, text: str | None) -> int | None:
+    return None if text is None else parse_bytes(text, source_of(param, flag, env))
+
+
+def count_option(param: str, flag: str, env: str | None, text: str | None) -> int | None:
+    return None if text is None else parse_count(text, source_of(param, flag, env))
