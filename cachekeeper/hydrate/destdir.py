@@ -135,5 +135,7 @@ def reclaim(dest: Path, items: list[Reclaimable]) -> Iterator[Reclaimable]:
                 continue
             shutil.rmtree(trash, ignore_errors=True)
             yield item
-        if load_state(dest) is not None:
+        # A layout-1 state file left beside layout.json lists the flat files just removed. A dest with no
+        # layout.json is itself a toolchain's dir (hydrated through the library): its state stays.
+        if read_layout(dest) is not None and load_state(dest) is not None:
             (state_dir(dest) / "state.json").unlink(missing_ok=True)

@@ -88,7 +88,7 @@ def test_gc_dest_plans_then_applies_and_keeps_what_a_lockfile_pins(
         f"would evict  entry {b.name}  ({sum(map(len, tb.values()))} bytes)"]
     assert read_tree(dest) == {**ta, **tb}
     run = _gc("--dest", str(dest), "--max-bytes", "1", "--keep-lockfile", str(lock), "--run")
-    assert run.exit_code == 0 and read_tree(dest) == ta
+    assert run.exit_code == 0 and read_tree(dest) == ta, run.output
     assert "still" in run.stderr and "bytes over" in run.stderr      # a is pinned: reported, kept
 
 
