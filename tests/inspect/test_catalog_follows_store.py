@@ -29,9 +29,22 @@ def test_after_gc_drops_a_toolchain_coverage_says_missing_and_prebuild_rebuilds(
     assert counts(built) == {"built": 2}, "no --verify-store needed"
 
 
+def an_entry_only_blob(env: Env) -> Path:
+    """A blob that one entry manifest names and no other manifest (a shared set's blob would break no entry)."""
+    store = env.tmp / "home" / "store"
+    docs = {p: json.loads(p.read_bytes()) for p in sorted((store / "manifests").rglob("*.json"))}
+
+    def digests(doc: dict[str, list[dict[str, str]]]) -> set[str]:
+        return {b["digest"] for b in doc["blobs"]}
+
+    entry = next(p for p in docs if not p.name.startswith("shared-") and "captured" not in p.parts)
+    others = set().union(*(digests(d) for p, d in docs.items() if p != entry))
+    digest = sorted(digests(docs[entry]) - others)[0]
+    return next(p for p in (store / "blobs").rglob("*") if p.name == digest)
+
+
 def test_after_verify_repair_the_entry_is_missing_until_prebuild_rebuilds_it(built: Env) -> None:
-    blob = sorted((built.tmp / "home" / "store" / "blobs").rglob("*"))[-1]
-    blob.unlink()
+    an_entry_only_blob(built).unlink()
     proc = built.run("verify", "--repair", "--json", ok=False)
     doc = json.loads(proc.stdout)   # one document on stdout, no text lines
     assert proc.returncode == 1 and doc["catalog_rows_removed"] == len(doc["problems"]) >= 1
