@@ -45,7 +45,8 @@ FORMATS = ENV_FORMATS
 @click.option("--backend", help="backend (default: the config's or lockfile's only one)")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--shape", "shapes", multiple=True, metavar="HxWxB", help="only these compiled shapes of the config")
-@click.option("--dest", type=click.Path(), help="cache dir to fill (default: per-toolchain dir)")
+@click.option("--dest", type=click.Path(), help="cache dir to fill; the env names its <fingerprint>/ subdir "
+              "(default: a per-backend dir under CACHEKEEPER_HOME)")
 @click.option("--device", help="device the inference runs on (cpu, cuda), for the fingerprint")
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option for the fingerprint")
 @store_option

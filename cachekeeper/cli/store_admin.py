@@ -146,7 +146,7 @@ def _gc_dests(dests: list[Path], execute: bool, as_json: bool) -> None:
     total = count = 0
     for dest in dests:
         items = reclaimable(dest.absolute())
-        done = list(reclaim(dest.absolute(), items)) if execute else items
+        done = reclaim(dest.absolute(), items) if execute else items
         for item in done:
             verb = "removed" if execute else "would remove"
             click.echo(json.dumps({"action": "remove", "run": execute, "path": str(item.path), "bytes": item.bytes,

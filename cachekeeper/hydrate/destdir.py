@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,24 +117,30 @@ def reclaimable(dest: Path) -> list[Reclaimable]:
     return out
 
 
-def reclaim(dest: Path, items: list[Reclaimable]) -> Iterator[Reclaimable]:
-    """Remove what `reclaimable` named, under the dest lock; a toolchain dir a hydrate or capture is
-    writing (its lock is held) is skipped, not waited for."""
+def reclaim(dest: Path, items: list[Reclaimable]) -> list[Reclaimable]:
+    """Remove what `reclaimable` named; what was removed. A toolchain dir a hydrate or capture is writing
+    (its lock is held) is skipped, not waited for. Dirs leave the dest by a rename under the dest lock;
+    the slow delete happens after it is released, so a booting hydrate never waits for it."""
+    done: list[Reclaimable] = []
+    trash: list[Path] = []
     with FileLock(state_dir(dest) / "lock", timeout=10.0):
         for item in items:
             if item.why == "layout 1":
                 item.path.unlink(missing_ok=True)
-                yield item
+                done.append(item)
                 continue
             try:
                 with FileLock(state_dir(item.path) / "lock", timeout=0.0):
-                    trash = state_dir(dest) / f"reclaim-{item.path.name}"
-                    os.rename(item.path, trash)   # gone from the dest at once; the delete may take a while
+                    trash.append(state_dir(dest) / f"reclaim-{item.path.name}")
+                    os.rename(item.path, trash[-1])   # gone from the dest at once
             except LockBusy:
                 continue
-            shutil.rmtree(trash, ignore_errors=True)
-            yield item
+            done.append(item)
         # A layout-1 state file left beside layout.json lists the flat files just removed. A dest with no
         # layout.json is itself a toolchain's dir (hydrated through the library): its state stays.
-        if read_layout(dest) is not None and load_state(dest) is not None:
+        if read_layout(dest) is not None and load_state(dest) is not None \
+                and all(i in done for i in items if i.why == "layout 1"):
             (state_dir(dest) / "state.json").unlink(missing_ok=True)
+    for path in trash:
+        shutil.rmtree(path, ignore_errors=True)
+    return done

@@ -42,7 +42,7 @@ def test_an_older_release_flat_dest_is_reclaimed_file_by_file_and_foreign_files_
     items = reclaimable(dest)
     assert sorted(i.path.relative_to(dest).as_posix() for i in items) == sorted(FILES)
     assert {i.why for i in items} == {"layout 1"}
-    assert len(list(reclaim(dest, items))) == 2
+    assert len(reclaim(dest, items)) == 2
     assert (dest / "mine.txt").exists() and served.is_dir() and not (dest / "a" / "1.neff").exists()
     assert reclaimable(dest) == []
 
@@ -55,7 +55,7 @@ def test_gc_skips_a_toolchain_dir_that_a_hydrate_holds(tmp_path: Path, store: Fi
     items = reclaimable(dest)
     assert [i.path for i in items] == [old] and items[0].bytes > sum(len(b) for b in FILES.values())  # and its state
     with FileLock(old / ".cachekeeper" / "lock"):
-        assert list(reclaim(dest, items)) == [] and old.exists()
+        assert reclaim(dest, items) == [] and old.exists()
     assert [i.path for i in reclaim(dest, items)] == [old] and not old.exists()
 
 
