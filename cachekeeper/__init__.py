@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .api import capture, env, hydrate
-    from .capture import CaptureReport
-    from .hydrate import HydrateReport
+    from .boot.capture import CaptureReport
+    from .boot.hydrate import HydrateReport
 
 
 def _api(name: str) -> property:
@@ -44,9 +44,9 @@ class _Package(types.ModuleType):
 
 def __getattr__(name: str) -> Any:
     if name == "HydrateReport":
-        return importlib.import_module("cachekeeper.hydrate").HydrateReport
+        return importlib.import_module("cachekeeper.boot.hydrate").HydrateReport
     if name == "CaptureReport":
-        return importlib.import_module("cachekeeper.capture").CaptureReport
+        return importlib.import_module("cachekeeper.boot.capture").CaptureReport
     raise AttributeError(f"module 'cachekeeper' has no attribute {name!r}")
 
 

@@ -22,24 +22,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .capture import CaptureReport
+    from .boot.capture import CaptureReport
+    from .boot.hydrate import HydrateReport
+    from .boot.request import HostToolchain
     from .catalog import Catalog
     from .config import Config
-    from .hydrate import HydrateReport
-    from .hydrate.request import HostToolchain
 
 StrPath = str | PathLike[str]
 
 
 def _toolchain(config: Config | None, backend: str | None, device: str | None,
                options: Mapping[str, str] | None) -> HostToolchain:
-    from .hydrate.request import host_toolchain, pick_backend
+    from .boot.request import host_toolchain, pick_backend
 
     return host_toolchain(config, pick_backend(config, backend), options, device)
 
 
 def _config(path: StrPath | None) -> Config | None:
-    from .hydrate.request import load_config
+    from .boot.request import load_config
 
     return load_config(path)
 
@@ -56,7 +56,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     (unset, the config's `hydrate` settings apply, as in the CLI).
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    from .hydrate.request import resolve_request, run_request
+    from .boot.request import resolve_request, run_request
 
     req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
                           device=device, options=options, dest=dest, store_url=store)
@@ -69,7 +69,7 @@ def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrP
         device: str | None = None, options: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that point this host's runtime at the hydrated dir (what `hydrate --print-env` prints).
     Set them before the runtime reads them (Inductor: before `import torch`)."""
-    from .hydrate.request import default_dest
+    from .boot.request import default_dest
 
     tc = _toolchain(_config(config), backend, device, options)
     target = Path(dest) if dest is not None else default_dest(tc.name, tc.fingerprint)
@@ -81,10 +81,10 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
             sign_key: StrPath | None = None, catalog: str | None = None, settle: float = 2.0) -> CaptureReport:
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
-    from .capture import capture as run
-    from .capture import never_hydrated
-    from .hydrate.request import store_on_demand
-    from .hydrate.state import load_state
+    from .boot.capture import capture as run
+    from .boot.capture import never_hydrated
+    from .boot.request import store_on_demand
+    from .boot.state import load_state
 
     state = load_state(Path(dest)) if Path(dest).is_dir() else None
     if state is None:
@@ -93,7 +93,7 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     tc = _toolchain(cfg, backend or state.backend, device, options)
     key = None
     if publish and sign_key is not None:
-        from .signing import SigningKey
+        from .format.signing import SigningKey
 
         key = SigningKey.load(Path(sign_key))
     with store_on_demand(store, cfg) as store_fn:

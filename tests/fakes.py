@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildCommand, BuildJob
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 
 ENABLE = {"CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend"}
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..spec import EntrySpec
+from ..format.spec import EntrySpec
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, Connection, and_, case, func, select
 from sqlalchemy.orm import aliased
 
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
+from ..format.manifest import CAPTURED_PREFIX, KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from ..inspection.diff import EntryCost
-from ..manifest import CAPTURED_PREFIX, KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
 

@@ -19,8 +19,8 @@ from .hydrate_output import progress_line, summarize
 from .options import backend_pairs, load_config, opened_store, required_config, say, store_option, toolchain
 
 if TYPE_CHECKING:
-    from ..hydrate import HydrateReport
-    from ..hydrate.request import HydrateRequest
+    from ..boot.hydrate import HydrateReport
+    from ..boot.request import HydrateRequest
 
 FORMATS = ("shell", "systemd")
 
@@ -53,7 +53,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], deadline: float | None, best_effort: bool, as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
-    from ..hydrate.request import resolve_request, run_request
+    from ..boot.request import resolve_request, run_request
 
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
@@ -75,8 +75,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
 
 def _report_json(report: HydrateReport, req: HydrateRequest) -> dict[str, object]:
     """The report, the fleet figures, and why each miss missed, as `explain` says it (no database)."""
-    from ..fleet import hydrate_counts
-    from ..hydrate.request import store_opener
+    from ..boot.fleet import hydrate_counts
+    from ..boot.request import store_opener
 
     doc = report.to_dict()
     doc["counts"] = hydrate_counts(report.manifests, report.missing)
@@ -101,8 +101,8 @@ def _report_json(report: HydrateReport, req: HydrateRequest) -> dict[str, object
 def lock(config_path: str, backend: str | None, models: tuple[str, ...], device: str | None,
          pairs: tuple[str, ...], store_url: str | None, output: str) -> None:
     """Pin the exact manifests this host's toolchain would hydrate into a lockfile."""
+    from ..boot.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..errors import NothingToHydrate
-    from ..hydrate.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..presence import look_up
 
     config = required_config(config_path)

@@ -16,7 +16,7 @@ import click
 from .options import catalog_option, json_option, load_config, open_catalog, say, store_option, toolchain
 
 if TYPE_CHECKING:
-    from ..capture import CaptureReport
+    from ..boot.capture import CaptureReport
 
 
 @click.command()
@@ -42,11 +42,11 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     """List the files the runtime added to a hydrated DEST since hydrate (those its state file does not
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
-    from ..capture import capture as run
-    from ..capture import never_hydrated
+    from ..boot.capture import capture as run
+    from ..boot.capture import never_hydrated
+    from ..boot.request import store_on_demand
+    from ..boot.state import load_state
     from ..errors import UsageError
-    from ..hydrate.request import store_on_demand
-    from ..hydrate.state import load_state
 
     if watch is not None and (watch <= 0 or not publish):
         raise UsageError("--watch needs --publish and a positive number of seconds")
@@ -59,7 +59,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     tc = toolchain(config, backend or state.backend, pairs, device)
     signing_key = None
     if publish and sign_key:
-        from ..signing import SigningKey
+        from ..format.signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
     catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish and catalog_url else None
     with store_on_demand(store_url, config) as store_fn:   # one store for every round, closed at the end

@@ -87,7 +87,7 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool) -> None:
     """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
-    from ..hydrate.request import backend_options, load_config
+    from ..boot.request import backend_options, load_config
 
     names = list(backends) or _backend_names()
     config = load_config(config_path)   # once, not once per backend

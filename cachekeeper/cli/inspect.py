@@ -43,7 +43,7 @@ def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, capt
         as_json: bool) -> None:
     """List cached entries (from the catalog). --json: one JSON object per line, streamed."""
     from ..catalog.listing import direct_lines
-    from ..manifest import KIND_CAPTURED, KIND_ENTRY
+    from ..format.manifest import KIND_CAPTURED, KIND_ENTRY
 
     kind = KIND_CAPTURED if captured else KIND_ENTRY
     if as_json or not captured:
@@ -78,7 +78,7 @@ def _ls_write(lines: Iterator[list[str]], as_json: bool) -> None:
 
 
 def _ls_captured(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None) -> None:
-    from ..manifest import KIND_CAPTURED
+    from ..format.manifest import KIND_CAPTURED
 
     rows = catalog.find(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=KIND_CAPTURED)
     for r in rows:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..hydrate.request import HostToolchain, host_toolchain, load_config, pick_backend
+from ..boot.request import HostToolchain, host_toolchain, load_config, pick_backend
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

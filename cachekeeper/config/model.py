@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..backends import mode_key_options
 from ..errors import ConfigError
-from ..spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
+from ..format.spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
 
 
 @dataclass(frozen=True)

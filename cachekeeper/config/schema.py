@@ -17,7 +17,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import modes_for, registry
 from ..errors import ConfigError, UsageError
-from ..spec import OFFLOADS, WARMUPS, ModelRef, Shape
+from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.url import local_path, parse_store_url
 from .model import Config, ModelMatrix
 from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of

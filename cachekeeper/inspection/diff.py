@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
 
 ID_PREFIX = re.compile(r"[0-9a-f]{1,16}")
 

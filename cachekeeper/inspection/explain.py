@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CachekeeperError, ManifestError, ObjectNotFound
-from ..fingerprint import Fingerprint
-from ..layout import manifest_key, manifest_keys
-from ..manifest import Manifest
+from ..format.fingerprint import Fingerprint
+from ..format.layout import manifest_key, manifest_keys
+from ..format.manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
 

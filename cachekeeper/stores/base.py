@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import UnsafePath
+from ..format.layout import MANIFESTS
 from ..fsutil import safe_relpath
-from ..layout import MANIFESTS
 
 if TYPE_CHECKING:
     from .reader import Body

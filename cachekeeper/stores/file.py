@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ObjectNotFound, StoreError, StoreNotFound
+from ..format.layout import TEMP_SUFFIX
 from ..fsutil import CHUNK, atomic_writer
-from ..layout import TEMP_SUFFIX
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
 

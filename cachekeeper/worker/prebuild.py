@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, BuildJob
+from ..boot.request import host_toolchain
 from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
-from ..fingerprint import Fingerprint
-from ..hydrate.request import host_toolchain
-from ..layout import manifest_key, manifest_keys
-from ..manifest import Manifest
+from ..format.fingerprint import Fingerprint
+from ..format.layout import manifest_key, manifest_keys
+from ..format.manifest import Manifest
+from ..format.spec import EntrySpec
 from ..presence import look_up
 from ..publish import publish
-from ..spec import EntrySpec
 from ..stores.base import Store
 from . import payload
 from .devices import slot_envs
@@ -44,7 +44,7 @@ from .workdirs import sweep_stale, workdir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Claim
-    from ..signing import SigningKey
+    from ..format.signing import SigningKey
 
 WAIT_POLL_S = 2.0
 

@@ -16,7 +16,7 @@ from cachekeeper.backends.inductor import InductorBackend, probes
 from cachekeeper.backends.inductor import backend as inductor_backend
 from cachekeeper.backends.toolchain import dist_version
 from cachekeeper.errors import BackendUnavailable
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 CPU = {"device": "cpu"}
 

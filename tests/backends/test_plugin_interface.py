@@ -6,8 +6,8 @@ from types import ModuleType
 
 import pytest
 
-from cachekeeper import spec
 from cachekeeper.backends import base, build_main, toolchain
+from cachekeeper.format import spec
 
 
 def test_model_ref_is_still_importable_from_the_backend_contract() -> None:

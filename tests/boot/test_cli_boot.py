@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cachekeeper.boot.fetch import FetchStats
+from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.cli.hydrate_output import progress_line, summarize
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
-from cachekeeper.hydrate import HydrateReport
-from cachekeeper.hydrate.fetch import FetchStats
 from tests.fakes import ENABLE
 
 CONFIG = """
@@ -47,7 +47,7 @@ def test_the_config_sets_the_deadline_and_best_effort_and_the_flag_wins(
         config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    hydrate_module = sys.modules["cachekeeper.hydrate"]  # the package: `cachekeeper.hydrate` is also a function
+    hydrate_module = sys.modules["cachekeeper.boot.hydrate"]  # the package: `cachekeeper.hydrate` is also a function
     seen: list[dict[str, Any]] = []
 
     def spy(**kw: Any) -> HydrateReport:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.manifest import MAX_MANIFEST_BYTES, blob_key
+from cachekeeper.format.manifest import MAX_MANIFEST_BYTES, blob_key
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import cachekeeper
-from cachekeeper.capture import CaptureReport
+from cachekeeper.boot.capture import CaptureReport
+from cachekeeper.boot.fleet import hydrate_counts
+from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.errors import CachekeeperError, CaptureError, NothingToHydrate
-from cachekeeper.fleet import hydrate_counts
-from cachekeeper.hydrate import HydrateReport
 
 from .conftest import World, runtime_writes
 
@@ -33,11 +33,11 @@ def test_import_cachekeeper_loads_only_the_package() -> None:
 
 
 def test_the_api_names_win_over_the_subpackages_that_share_them() -> None:
-    import cachekeeper.capture
-    import cachekeeper.hydrate
+    import cachekeeper.boot.capture
+    import cachekeeper.boot.hydrate
 
-    assert callable(cachekeeper.hydrate) and cachekeeper.hydrate.__module__ == "cachekeeper.api"
-    assert callable(cachekeeper.capture) and cachekeeper.capture.__module__ == "cachekeeper.api"
+    assert callable(cachekeeper.hydrate) and cachekeeper.boot.hydrate.__module__ == "cachekeeper.api"
+    assert callable(cachekeeper.capture) and cachekeeper.boot.capture.__module__ == "cachekeeper.api"
     assert cachekeeper.HydrateReport is HydrateReport and cachekeeper.CaptureReport is CaptureReport
 
 

@@ -187,7 +187,7 @@ def test_a_signed_capture_passes_trusted_hydrate_and_an_unsigned_one_is_skipped(
     public = world.run("keygen", "-o", str(key)).stdout.strip()
     # The prebuilt entry must be signed too for a trusted hydrate: sign it by republishing under the key.
     for p in (world.store_dir / "manifests").rglob("*.json"):
-        from cachekeeper.signing import SigningKey, publish_signature
+        from cachekeeper.format.signing import SigningKey, publish_signature
         from cachekeeper.stores.file import FileStore
         publish_signature(FileStore(world.store_dir), SigningKey.load(key), p.read_bytes())
     signed, unsigned = world.tmp / "s", world.tmp / "u"

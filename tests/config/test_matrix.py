@@ -8,7 +8,7 @@ import pytest
 
 from cachekeeper.config import ModelMatrix, PlannedEntry
 from cachekeeper.errors import ConfigError
-from cachekeeper.spec import EntrySpec, ModelRef, Shape
+from cachekeeper.format.spec import EntrySpec, ModelRef, Shape
 
 from .util import EXAMPLE, minimal, parse
 

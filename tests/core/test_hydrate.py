@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from cachekeeper import snapshot
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.plan import coalesce, plan_hydrate
+from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.plan import coalesce, plan_hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.manifest import Manifest, blob_key
+from cachekeeper.format.manifest import Manifest, blob_key
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 
@@ -202,8 +202,8 @@ def test_plan_keeps_the_first_manifest_for_a_path_claimed_twice(store: FileStore
 
 
 def test_ranged_reads_are_coalesced_across_small_gaps() -> None:
-    from cachekeeper.hydrate.plan import Placement
-    from cachekeeper.manifest import FileRecord
+    from cachekeeper.boot.plan import Placement
+    from cachekeeper.format.manifest import FileRecord
 
     def p(off: int, size: int) -> Placement:
         return Placement(FileRecord("cache", f"f{off}", size, "0" * 64, "b", off), Path(f"/x/{off}"))
@@ -224,9 +224,9 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
 import time
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.resolve import Pin
+from cachekeeper.format.fingerprint import Fingerprint
 
 class Slow(FileStore):
     def open_range(self, key, start, end, read_timeout, connect_timeout):

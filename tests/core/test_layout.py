@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import layout
+from cachekeeper.format import layout
+from cachekeeper.format.layout import ManifestKey, TempKey
 from cachekeeper.fsutil import temp_path
-from cachekeeper.layout import ManifestKey, TempKey
 
 DIGEST = "ab" + "0" * 62
 FP_ID = "0123456789abcdef"

@@ -16,7 +16,7 @@ from cachekeeper.backends.neuron.backend import NeuronBackend
 from cachekeeper.backends.tpu.backend import TPUBackend
 from cachekeeper.config import MatrixEntry
 from cachekeeper.errors import ConfigError, QueuePayloadError, UsageError
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 from cachekeeper.worker import payload
 from cachekeeper.worker.devices import slot_envs
 from cachekeeper.worker.lease import Backoff, LeaseSettings

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import canonical
 from ...errors import BuildFailed
+from ...format import canonical
 from ...fsutil import atomic_write_bytes
 from ..base import CACHE_ROOT, BuildJob
 

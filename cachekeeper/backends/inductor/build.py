@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
-from ...pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
 from ..base import BuildJob
 from ..build_main import build_main, component_and_inputs, torch_dtype
+from ..pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
 from . import aot
 
 COUNTERS = {

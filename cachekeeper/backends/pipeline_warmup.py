@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import BuildFailed
-from .spec import EntrySpec, ModelRef
+from ..errors import BuildFailed
+from ..format.spec import EntrySpec, ModelRef
 
 WARMUP_PROMPT = "warmup"
 WARMUP_STEPS = 2          # a second step runs the scheduler's step path with a non-initial sigma

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from .layout import is_captured_name
+from ..format.layout import is_captured_name
 
 _ENTRY_KEY = re.compile(r"[0-9a-f]{32}")   # an entry is named by its spec key; shared sets "<root>-<hash>"
 

@@ -11,9 +11,9 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..format.layout import blob_key, signature_key
+from ..stores.base import Store
 from .inventory import Inventory
-from .layout import blob_key, signature_key
-from .stores.base import Store
 
 
 @dataclass(frozen=True)

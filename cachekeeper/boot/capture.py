@@ -25,8 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import canonical
-from .errors import (
+from ..errors import (
     CachekeeperError,
     CaptureError,
     DestinationError,
@@ -34,17 +33,18 @@ from .errors import (
     StoreWriteDenied,
     ToolchainMismatch,
 )
-from .fingerprint import Fingerprint
-from .fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
-from .hydrate.state import STATE_DIR, State, file_key, load_state, state_dir
-from .layout import captured_prefix, captured_set_name, is_captured_name
-from .manifest import KIND_CAPTURED, Manifest
-from .snapshot import LocalFile
-from .stores.base import Store
+from ..format import canonical
+from ..format.fingerprint import Fingerprint
+from ..format.layout import captured_prefix, captured_set_name, is_captured_name
+from ..format.manifest import KIND_CAPTURED, Manifest
+from ..fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
+from ..snapshot import LocalFile
+from ..stores.base import Store
+from .state import STATE_DIR, State, file_key, load_state, state_dir
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
-    from .signing import SigningKey
+    from ..catalog import Catalog
+    from ..format.signing import SigningKey
 
 JOURNAL = "capture.json"
 JOURNAL_VERSION = 1
@@ -307,7 +307,7 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
 def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[Seen],
              open_store: Callable[[], Store], signing_key: SigningKey | None,
              catalog: Callable[[], Catalog] | None, report: CaptureReport) -> None:
-    from .publish import commit_manifest, upload_files  # the publisher's own steps: blobs, then signature + manifest
+    from ..publish import commit_manifest, upload_files  # the publisher's own steps: blobs, then signature + manifest
 
     journal = load_journal(dest)
     staging = state_dir(dest) / STAGING

@@ -25,15 +25,15 @@ from ..errors import (
     ToolchainMismatch,
     UnsafePath,
 )
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
+from ..format.manifest import Manifest
 from ..fsutil import FileLock, LiveTag, SafeJoiner, ensure_dir, lstat_or_none, new_tag, sweep_temp
-from ..manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
 from ..stores.reader import Deadline
 
 if TYPE_CHECKING:
-    from ..signing import PublicKey
+    from ..format.signing import PublicKey
     from .fetch import FetchStats
 from .plan import plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared

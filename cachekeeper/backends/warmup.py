@@ -5,7 +5,7 @@ Shared by every backend's build subprocess (inductor, neuron, tpu). torch is imp
 only, so importing this module stays cheap.
 
 A FALLBACK for a component shipped without its pipeline: when the model folder is a pipeline, the build
-captures the component's real arguments from one pipeline call instead (cachekeeper/pipeline_warmup.py).
+captures the component's real arguments from one pipeline call instead (cachekeeper/backends/pipeline_warmup.py).
 
 `ModelRef.inputs` picks the builder: "flux", "flux2", "sd3", "unet", "auto" (by the model's class name) or
 "module:function" for a custom one called as `function(model, model_ref, shape, dtype, device, options)`.
@@ -19,8 +19,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import BuildFailed
-from .spec import ModelRef, Shape
+from ..errors import BuildFailed
+from ..format.spec import ModelRef, Shape
 
 VAE_SCALE_FACTOR = 8          # SD/SDXL/Flux VAEs downsample by 8
 FLUX_TEXT_LEN = 512           # FluxPipeline's default max_sequence_length (T5 prompt padded to it)

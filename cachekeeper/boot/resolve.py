@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
+from ..format.layout import manifest_key, manifest_keys
+from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..fsutil import atomic_write_bytes
-from ..layout import manifest_key, manifest_keys
-from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..stores.base import Store
 
 if TYPE_CHECKING:
-    from ..signing import PublicKey
+    from ..format.signing import PublicKey
     from ..stores.reader import Deadline
 
 LOCK_VERSION = 1
@@ -46,7 +46,7 @@ def _get(store: Store, fp_id: str, pin: Pin, trusted: tuple[PublicKey, ...],
         raise IntegrityError(f"{store.url}/{key} does not match the digest pinned in the lockfile",
                              url=store.url, key=key)
     if trusted:
-        from ..signing import require_signature
+        from ..format.signing import require_signature
 
         require_signature(store, data, trusted, f"{store.url}/{key}")
     m = Manifest.from_bytes(data, source=f"{store.url}/{key}")

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import canonical
-from .backends.inductor import aot
-from .fingerprint import Fingerprint
+from ..backends.inductor import aot
+from ..format import canonical
+from ..format.fingerprint import Fingerprint
 
 log = logging.getLogger("cachekeeper.runtime")
 
@@ -268,8 +268,8 @@ class CompiledComponent:
         return fn
 
     def _problem(self, meta: aot.AotMeta) -> str:
-        from .backends.inductor import InductorBackend
-        from .errors import CachekeeperError
+        from ..backends.inductor import InductorBackend
+        from ..errors import CachekeeperError
 
         if aot.config_digest(self.model) != meta.config_sha256:
             return "the model's config differs from the prebuilt one"
@@ -312,7 +312,7 @@ class CompiledComponent:
         if reason:
             self._warn(reason)
         if self._fallback is None:
-            from .backends.inductor.build import compile_model
+            from ..backends.inductor.build import compile_model
 
             self._fallback = compile_model(self.model, "full", self.options)
         self.stats.fallback_calls += 1

@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from .errors import ManifestError, ObjectNotFound, UnsafePath
-from .layout import (
+from ..errors import ManifestError, ObjectNotFound, UnsafePath
+from ..format.layout import (
     BLOBS,
     MANIFEST_SUFFIX,
     SIGNATURES,
@@ -33,8 +33,8 @@ from .layout import (
     parse_blob_key,
     parse_manifest_key,
 )
-from .manifest import Manifest
-from .stores.base import Debris, ObjectInfo, Store
+from ..format.manifest import Manifest
+from ..stores.base import Debris, ObjectInfo, Store
 
 FETCH_THREADS = 8   # manifests are small; on S3/GCS the latency, not the bandwidth, is the cost
 

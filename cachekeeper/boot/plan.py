@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ManifestError
+from ..format.manifest import FileRecord, Manifest
 from ..fsutil import SafeJoiner
-from ..manifest import FileRecord, Manifest
 from .state import PlacedFile, State, file_key
 
 # probe(path, placed-record-or-None) -> "ok" (placed and unchanged), "check" (present, unknown), "missing"

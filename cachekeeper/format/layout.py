@@ -33,10 +33,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from .fsutil import TMP_SUFFIX, temp_tag
+from ..fsutil import TMP_SUFFIX, temp_tag
 
 if TYPE_CHECKING:
-    from .stores.base import Store
+    from ..stores.base import Store
 
 BLOBS = "blobs/"
 BLOB_DIR = "blobs/sha256/"

@@ -33,8 +33,8 @@ from ..errors import (
     ObjectNotFound,
     StoreError,
 )
+from ..format.manifest import blob_key
 from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
-from ..manifest import blob_key
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into
 from .plan import HydratePlan, Placement, coalesce

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import IntegrityError, ObjectNotFound, UsageError
+from ..errors import IntegrityError, ObjectNotFound, UsageError
+from ..stores.base import Store
 from .layout import signature_key
-from .stores.base import Store
 
 # signature_key is built in layout.py (the bucket layout) and stays importable from here.
 __all__ = ["PublicKey", "SigningKey", "publish_signature", "require_signature", "signature_key"]

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ManifestError
+from ..fsutil import safe_relpath
 from . import canonical
-from .errors import ManifestError
 from .fingerprint import Fingerprint
-from .fsutil import safe_relpath
 from .layout import CAPTURED_DIR, blob_key, captured_prefix, manifest_key, manifest_prefix
 from .spec import EntrySpec
 
@@ -229,8 +229,8 @@ def check_placement_paths(files: Iterable[FileRecord], source: str | None) -> No
     """Paths hydrate can place on any Linux filesystem without surprises: within NAME_MAX/PATH_MAX, out
     of the state dir, never a temp name, no two that one normalisation (NFC) makes equal, and no path
     that is a file in one record and a directory in another."""
-    from .errors import UnsafePath
-    from .fsutil import TMP_SUFFIX
+    from ..errors import UnsafePath
+    from ..fsutil import TMP_SUFFIX
 
     normal: set[tuple[str, str]] = set()
     file_paths: set[tuple[str, str]] = set()

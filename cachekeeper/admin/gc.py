@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..format.layout import blob_key, signature_key
+from ..stores.base import Debris, Store
 from .inventory import Inventory
-from .layout import blob_key, signature_key
-from .stores.base import Debris, Store
 
 DEFAULT_MIN_AGE = 3600.0   # longer than any publish takes between its first blob and its manifest
 

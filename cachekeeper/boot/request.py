@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailable, ConfigError, ToolchainMismatch, UsageError
-from ..manifest import KIND_ENTRY
+from ..format.manifest import KIND_ENTRY
 from .resolve import Pin, read_lockfile
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..config import Config, MatrixEntry
-    from ..fingerprint import Fingerprint
-    from ..signing import PublicKey
+    from ..format.fingerprint import Fingerprint
+    from ..format.signing import PublicKey
     from ..stores.base import Store
-    from . import HydrateReport
     from .fetch import FetchStats
+    from .hydrate import HydrateReport
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) 
 def trusted_keys(keys: Sequence[str]) -> tuple[PublicKey, ...]:
     if not keys:
         return ()
-    from ..signing import PublicKey
+    from ..format.signing import PublicKey
 
     return tuple(PublicKey.parse(k) for k in keys)
 
@@ -177,7 +177,7 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
                 progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
     """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
     hydrate settings apply unless the caller sets them."""
-    from . import hydrate
+    from .hydrate import hydrate
 
     tc, config = req.toolchain, req.config
     exports = tc.backend.env_exports(req.dest.absolute())  # before any download: it refuses env that ignores the dir
