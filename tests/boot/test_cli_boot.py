@@ -47,7 +47,7 @@ def test_the_config_sets_the_deadline_and_best_effort_and_the_flag_wins(
         config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    hydrate_module = sys.modules["cachekeeper.boot.hydrate"]  # the package: `cachekeeper.hydrate` is also a function
+    hydrate_module = sys.modules["cachekeeper.boot.hydrate"]
     seen: list[dict[str, Any]] = []
 
     def spy(**kw: Any) -> HydrateReport:

@@ -32,12 +32,13 @@ def test_import_cachekeeper_loads_only_the_package() -> None:
     assert out.strip() == "['cachekeeper']"
 
 
-def test_the_api_names_win_over_the_subpackages_that_share_them() -> None:
+def test_the_api_functions_stay_functions_after_the_boot_modules_load() -> None:
     import cachekeeper.boot.capture
     import cachekeeper.boot.hydrate
 
-    assert callable(cachekeeper.hydrate) and cachekeeper.boot.hydrate.__module__ == "cachekeeper.api"
-    assert callable(cachekeeper.capture) and cachekeeper.boot.capture.__module__ == "cachekeeper.api"
+    for name in ("hydrate", "capture", "env"):
+        function = getattr(cachekeeper, name)
+        assert callable(function) and function.__module__ == "cachekeeper.api", name
     assert cachekeeper.HydrateReport is HydrateReport and cachekeeper.CaptureReport is CaptureReport
 
 
