@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .format.layout import manifest_keys
+from .stores.manifests import manifest_keys
 
 if TYPE_CHECKING:
     from .catalog import Catalog

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
 from ..format.fingerprint import Fingerprint
-from ..format.layout import manifest_key, manifest_keys
+from ..format.layout import manifest_key
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..fsutil import atomic_write_bytes
 from ..stores.base import Store
+from ..stores.manifests import manifest_keys
 
 if TYPE_CHECKING:
     from ..format.signing import PublicKey

@@ -36,7 +36,8 @@ def show(key: str, store_url: str | None, as_json: bool) -> None:
 def _manifest_at(store: Store, key: str) -> str:
     """The one manifest key that `key` names: itself, or the manifest whose name starts with it."""
     from ..errors import UsageError
-    from ..format.layout import manifest_keys, matching, parse_manifest_key
+    from ..format.layout import matching, parse_manifest_key
+    from ..stores.manifests import manifest_keys
 
     exact = parse_manifest_key(key)
     if exact is not None:

@@ -21,22 +21,19 @@ Objects are write-once. A lockfile is a local file, not an object: it pins manif
 of the stored bytes) and its keys are rebuilt here from the fingerprint id it records.
 
 Parsers take a key relative to the store and return a small value, or None for a key that is not of
-that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). Listing a
-store's manifest keys (`manifest_keys`) is here too: the boot path lists one toolchain, `show` matches a
-prefix; reading what the keys hold is `inventory.py`'s job. This module is on the boot path: it imports
-nothing heavier than `fsutil`.
+that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). This module
+does no I/O: listing a store's manifest keys is `stores/manifests.py` (over `listing_prefix` and
+`select_manifest_keys` here), reading what they hold is `admin/inventory.py`'s job. It is on the boot
+path: it imports nothing heavier than `fsutil`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..fsutil import TMP_SUFFIX, temp_tag
-
-if TYPE_CHECKING:
-    from ..stores.base import Store
 
 BLOBS = "blobs/"
 BLOB_DIR = "blobs/sha256/"
@@ -119,12 +116,15 @@ def is_captured_name(name: str) -> bool:
     return name.startswith(CAPTURED_DIR)
 
 
-def manifest_keys(store: Store, fingerprint_id: str | None = None, *,
-                  captured: bool | None = None) -> list[ManifestKey]:
-    """The manifest keys a store holds (of one toolchain), sorted, without reading them; `captured`
-    True/False keeps only captured sets or only the others. Objects that are not manifest keys are left out."""
-    prefix = captured_prefix(fingerprint_id) if captured and fingerprint_id else manifest_prefix(fingerprint_id)
-    found = (parse_manifest_key(k) for k in store.list(prefix))
+def listing_prefix(fingerprint_id: str | None = None, captured: bool | None = None) -> str:
+    """The narrowest key prefix that lists a toolchain's manifests (or only its captured sets)."""
+    return captured_prefix(fingerprint_id) if captured and fingerprint_id else manifest_prefix(fingerprint_id)
+
+
+def select_manifest_keys(keys: Iterable[str], captured: bool | None = None) -> list[ManifestKey]:
+    """The manifest keys among `keys`, sorted; `captured` True/False keeps only captured sets or only the
+    others. Keys that are not manifest keys are left out."""
+    found = (parse_manifest_key(k) for k in keys)
     return sorted((mk for mk in found if mk is not None and (captured is None or mk.captured == captured)),
                   key=lambda mk: mk.key)
 

@@ -13,10 +13,11 @@ from typing import Any
 
 from ..errors import CachekeeperError, ManifestError, ObjectNotFound
 from ..format.fingerprint import Fingerprint
-from ..format.layout import manifest_key, manifest_keys
+from ..format.layout import manifest_key
 from ..format.manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
+from ..stores.manifests import manifest_keys
 
 NEAREST = 3
 ABSENT = "∅"   # Fingerprint.diff's mark for a field one side lacks

@@ -11,24 +11,25 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NoReturn, cast
 
+import google.auth
 import requests
 import urllib3.exceptions
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry
 from google.auth import exceptions as auth_exceptions
-from google.auth.credentials import AnonymousCredentials
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exceptions
-from google.cloud.storage.retry import _should_retry
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ._util import ClientSlot, bucket_location
 from .base import ObjectInfo, Store, check_key
+from .ranged import PreparedGet, Response, nothing_listens, open_ranged
 from .reader import Body
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
@@ -43,30 +44,16 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and what it wraps (requests -> urllib3 -> socket), a bounded walk."""
-    seen: list[BaseException] = []
-    todo: list[BaseException] = [exc]
-    while todo and len(seen) < 16:
-        e = todo.pop()
-        if any(e is s for s in seen):
-            continue
-        seen.append(e)
-        yield e
-        for nxt in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
-
-
-def _nothing_listens(exc: BaseException) -> bool:
-    """Refused connections and unknown hosts will not heal within a retry budget: fail at once."""
-    return any(isinstance(e, ConnectionRefusedError | socket.gaierror | urllib3.exceptions.NameResolutionError)
-               for e in _causes(exc))
+# The library's own notion of transient (429/5xx, resets, timeouts; google.cloud.storage.retry), minus
+# the hopeless cases; spelled out here because its predicate is private.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    api_exceptions.TooManyRequests, api_exceptions.InternalServerError, api_exceptions.BadGateway,
+    api_exceptions.ServiceUnavailable, api_exceptions.GatewayTimeout, *_NETWORK_ERRORS,
+)
 
 
 def _retryable(exc: BaseException) -> bool:
-    # The library's own predicate (429/5xx, resets, timeouts), minus the hopeless cases.
-    return bool(_should_retry(exc)) and not _nothing_listens(exc)
+    return isinstance(exc, _TRANSIENT) and not nothing_listens(exc)
 
 
 # The library's default retries for two minutes; a cache that cannot answer in ~20 s should degrade
@@ -85,6 +72,35 @@ class _CountingWriter:
         return len(data)
 
 
+class _Clients:
+    """The SDK's client and the authorized session it sends through, which the boot path's ranged reads
+    use too. The session is handed to the client as its documented `_http` argument (google-cloud-storage
+    2.14-3.x, pinned in pyproject; tests/stores/test_gcs_store.py checks the seam)."""
+
+    def __init__(self, client: storage.Client, session: AuthorizedSession) -> None:
+        self.client, self.session = client, session
+
+    @staticmethod
+    def make() -> _Clients:
+        project = os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            credentials: Credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+            project = project or "test"
+        else:
+            credentials, found = google.auth.default(scopes=storage.Client.SCOPE)  # type: ignore[no-untyped-call]
+            project = project or found
+        session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+        # requests pools 10 connections per host by default; hydrate fetches with up to 32 threads.
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        return _Clients(storage.Client(project=project, credentials=credentials, _http=session), session)
+
+    def close(self) -> None:
+        self.client.close()
+        self.session.close()  # type: ignore[no-untyped-call]
+
+
 class GCSStore(Store):
     simple_upload_max = SIMPLE_UPLOAD_MAX
     chunk_size = CHUNK_SIZE
@@ -92,26 +108,16 @@ class GCSStore(Store):
     def __init__(self, bucket: str, prefix: str) -> None:
         self.prefix, self.url = bucket_location("gs", bucket, prefix)
         self.bucket_name = bucket
-        self._client_slot: ClientSlot[storage.Client] = ClientSlot()
+        self._client_slot: ClientSlot[_Clients] = ClientSlot()
         self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
     def _client(self) -> storage.Client:
-        return self._client_slot.get(self._make_client, self._errors)
+        return self._client_slot.get(_Clients.make, self._errors).client
 
-    @staticmethod
-    def _make_client() -> storage.Client:
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
-            project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "test"
-            client = storage.Client(credentials=AnonymousCredentials(), project=project)  # type: ignore[no-untyped-call]
-        else:
-            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
-        # requests pools 10 connections per host by default; hydrate fetches with up to 32 threads.
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
-        client._http.mount("https://", adapter)
-        client._http.mount("http://", adapter)
-        return client
+    def _session(self) -> AuthorizedSession:
+        return self._client_slot.get(_Clients.make, self._errors).session
 
     def _bucket(self) -> storage.Bucket:
         return self._client().bucket(self.bucket_name)
@@ -248,10 +254,29 @@ class GCSStore(Store):
                 self._missing(key)
         return writer.count
 
+    def media_url(self, key: str) -> str:
+        """The JSON API's media download URL of `key`, from public parts: the client's endpoint and the
+        blob's path (what the library's own downloads request)."""
+        return f"{self._client().api_endpoint}/download/storage/v1{self._blob(key).path}?alt=media"
+
+    def prepared_get(self, key: str) -> PreparedGet:
+        """The boot path's GET of `key` through the store's authorized session (see stores/ranged.py)."""
+        with self._errors(key):
+            url, session = self.media_url(key), self._session()
+
+        def send(url: str, headers: dict[str, str], connect_timeout: float, read_timeout: float) -> Response:
+            resp = session.get(url, headers=headers, stream=True, timeout=(connect_timeout, read_timeout))
+            raw: Response = resp.raw  # a urllib3 response, body unread: RangeBody streams it
+            return raw
+
+        return PreparedGet(url=url, send=send, where=self._where(key), service="GCS",
+                           missing=lambda: self._missing(key),
+                           headers={"Accept-Encoding": "identity"},  # bytes as stored: the digest is over them
+                           errors=lambda: self._errors(key))  # credential refreshes fail as google.auth errors
+
     def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
                    connect_timeout: float) -> Body:
-        from .gcs_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
-        return open_range(self, key, start, end, read_timeout, connect_timeout)
+        return open_ranged(self.prepared_get(key), start, end, read_timeout, connect_timeout)
 
     def size(self, key: str) -> int | None:
         blob = self._blob(key)

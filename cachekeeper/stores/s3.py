@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NoReturn, cast
 
 import botocore.loaders
 import botocore.session
@@ -36,6 +36,9 @@ from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
+
+if TYPE_CHECKING:
+    from .ranged import PreparedGet
 
 DEFAULT_REGION = "us-east-1"
 
@@ -322,10 +325,22 @@ class S3Store(Store):
                 n += len(chunk)
         return n
 
+    def prepared_get(self, key: str) -> PreparedGet:
+        """The boot path's GET of `key`: presigned here, sent over s3_read's pool (see stores/ranged.py)."""
+        from . import s3_read
+        from .ranged import PreparedGet
+
+        with self._errors(key):  # credential problems surface while presigning
+            url = self._client().generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)},
+                ExpiresIn=s3_read.PRESIGN_SECONDS)
+        return PreparedGet(url=url, send=s3_read.send, where=self._where(key), service="S3",
+                           missing=lambda: self._missing(key))
+
     def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
                    connect_timeout: float) -> Body:
-        from .s3_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
-        return open_range(self, key, start, end, read_timeout, connect_timeout)
+        from .ranged import open_ranged  # the boot path's reads: streamed, ranged, timed by the deadline
+        return open_ranged(self.prepared_get(key), start, end, read_timeout, connect_timeout)
 
     def size(self, key: str) -> int | None:
         n = self._head(key)

@@ -29,12 +29,13 @@ from ..boot.request import host_toolchain
 from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
 from ..format.fingerprint import Fingerprint
-from ..format.layout import manifest_key, manifest_keys
+from ..format.layout import manifest_key
 from ..format.manifest import Manifest
 from ..format.spec import EntrySpec
 from ..presence import look_up
 from ..publish import publish
 from ..stores.base import Store
+from ..stores.manifests import manifest_keys
 from . import payload
 from .devices import slot_envs
 from .lease import Backoff, Heartbeat, LeaseSettings
