@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO, NoReturn, cast
+from typing import BinaryIO, ClassVar, NoReturn, cast
 
 import google.auth
 import requests
@@ -29,8 +29,7 @@ from google.cloud.storage import exceptions as storage_exceptions
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
 from ._util import ClientSlot, bucket_location
 from .base import ObjectInfo, Store, check_key
-from .ranged import PreparedGet, Response, nothing_listens, open_ranged
-from .reader import Body
+from .ranged import RangedReads, Response, Send, nothing_listens
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
@@ -101,7 +100,9 @@ class _Clients:
         self.session.close()  # type: ignore[no-untyped-call]
 
 
-class GCSStore(Store):
+class GCSStore(RangedReads, Store):
+    service = "GCS"
+    get_headers: ClassVar[Mapping[str, str]] = {"Accept-Encoding": "identity"}  # bytes as stored, as digested
     simple_upload_max = SIMPLE_UPLOAD_MAX
     chunk_size = CHUNK_SIZE
 
@@ -259,24 +260,16 @@ class GCSStore(Store):
         blob's path (what the library's own downloads request)."""
         return f"{self._client().api_endpoint}/download/storage/v1{self._blob(key).path}?alt=media"
 
-    def prepared_get(self, key: str) -> PreparedGet:
-        """The boot path's GET of `key` through the store's authorized session (see stores/ranged.py)."""
-        with self._errors(key):
-            url, session = self.media_url(key), self._session()
+    def _sign(self, key: str) -> tuple[str, Send]:
+        """The media URL, sent through the store's authorized session."""
+        url, session = self.media_url(key), self._session()
 
         def send(url: str, headers: dict[str, str], connect_timeout: float, read_timeout: float) -> Response:
             resp = session.get(url, headers=headers, stream=True, timeout=(connect_timeout, read_timeout))
             raw: Response = resp.raw  # a urllib3 response, body unread: RangeBody streams it
             return raw
 
-        return PreparedGet(url=url, send=send, where=self._where(key), service="GCS",
-                           missing=lambda: self._missing(key),
-                           headers={"Accept-Encoding": "identity"},  # bytes as stored: the digest is over them
-                           errors=lambda: self._errors(key))  # credential refreshes fail as google.auth errors
-
-    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
-                   connect_timeout: float) -> Body:
-        return open_ranged(self.prepared_get(key), start, end, read_timeout, connect_timeout)
+        return url, send
 
     def size(self, key: str) -> int | None:
         blob = self._blob(key)

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Literal, NoReturn, Protocol
+from typing import ClassVar, Literal, NoReturn, Protocol
 
 import urllib3.exceptions
 
@@ -161,3 +161,34 @@ def open_ranged(get: PreparedGet, start: int, end: int | None, read_timeout: flo
     if verdict == "retry":
         raise StoreRetryable(f"{get.where}: {get.service} answered {status}")
     raise StoreError(f"{get.where}: {get.service} answered {status}")
+
+
+class RangedReads:
+    """`open_range` for an HTTP store: one ranged GET that the store signs or authorizes (`_sign`), sent
+    and classified here. Mixed into S3Store and GCSStore before `Store`."""
+
+    url: str
+    service: ClassVar[str]
+    get_headers: ClassVar[Mapping[str, str]] = {}
+
+    def _sign(self, key: str) -> tuple[str, Send]:
+        """The URL of `key` and who sends a GET to it."""
+        raise NotImplementedError
+
+    def _missing(self, key: str) -> NoReturn:
+        raise NotImplementedError
+
+    def _errors(self, key: str | None = None) -> AbstractContextManager[object]:
+        raise NotImplementedError
+
+    def prepared_get(self, key: str) -> PreparedGet:
+        """The boot path's GET of `key`, ready to send."""
+        with self._errors(key):  # credential problems surface while signing
+            url, send = self._sign(key)
+        return PreparedGet(url=url, send=send, where=f"{self.url}/{key}", service=self.service,
+                           missing=lambda: self._missing(key), headers=self.get_headers,
+                           errors=lambda: self._errors(key))  # GCS refreshes credentials while sending
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        return open_ranged(self.prepared_get(key), start, end, read_timeout, connect_timeout)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NoReturn, cast
+from typing import Any, BinaryIO, Literal, NoReturn, cast
 
 import botocore.loaders
 import botocore.session
@@ -35,10 +35,7 @@ from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, 
 from ..fsutil import CHUNK
 from ._util import ClientSlot, bucket_location
 from .base import Debris, ObjectInfo, Store, check_key
-from .reader import Body
-
-if TYPE_CHECKING:
-    from .ranged import PreparedGet
+from .ranged import RangedReads, Send
 
 DEFAULT_REGION = "us-east-1"
 
@@ -108,7 +105,8 @@ def _client_config() -> Config:
     )
 
 
-class S3Store(Store):
+class S3Store(RangedReads, Store):
+    service = "S3"
     # put_file sends one streamed PutObject up to this size: its IfNoneMatch is atomic everywhere we
     # tested. Above it, a parallel multipart upload with IfNoneMatch on CompleteMultipartUpload: atomic
     # on AWS, but SeaweedFS 4.48 lets two racing completes both succeed (last one's bytes stay).
@@ -325,22 +323,13 @@ class S3Store(Store):
                 n += len(chunk)
         return n
 
-    def prepared_get(self, key: str) -> PreparedGet:
-        """The boot path's GET of `key`: presigned here, sent over s3_read's pool (see stores/ranged.py)."""
+    def _sign(self, key: str) -> tuple[str, Send]:
+        """Presigned here (local: SigV4 with the client's credentials), sent over s3_read's pool."""
         from . import s3_read
-        from .ranged import PreparedGet
 
-        with self._errors(key):  # credential problems surface while presigning
-            url = self._client().generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)},
-                ExpiresIn=s3_read.PRESIGN_SECONDS)
-        return PreparedGet(url=url, send=s3_read.send, where=self._where(key), service="S3",
-                           missing=lambda: self._missing(key))
-
-    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
-                   connect_timeout: float) -> Body:
-        from .ranged import open_ranged  # the boot path's reads: streamed, ranged, timed by the deadline
-        return open_ranged(self.prepared_get(key), start, end, read_timeout, connect_timeout)
+        url = self._client().generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=s3_read.PRESIGN_SECONDS)
+        return url, s3_read.send
 
     def size(self, key: str) -> int | None:
         n = self._head(key)
