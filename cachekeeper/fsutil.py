@@ -98,7 +98,6 @@ def fsync_dir(path: str | Path) -> None:
             os.close(fd)
 
 
-_fsync_dir = fsync_dir
 _seq = itertools.count()
 
 
@@ -235,7 +234,7 @@ def atomic_writer(path: Path, *, exclusive: bool = False, durable: bool = True,
         else:
             os.replace(tmp, path)
         if durable:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

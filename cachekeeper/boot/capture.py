@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..format import canonical
 from ..format.fingerprint import Fingerprint
-from ..format.layout import captured_prefix, captured_set_name, is_captured_name
+from ..format.layout import captured_set_name
 from ..format.manifest import KIND_CAPTURED, Manifest
 from ..fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
 from ..snapshot import LocalFile
@@ -389,8 +389,4 @@ def write_permission_hint(store_url: str) -> str:
     return "give this host's user write access to the store directory (blobs/, signatures/, manifests/)"
 
 
-def captured_in(names: Iterable[str]) -> int:
-    return sum(1 for n in names if is_captured_name(n))
-
-
-__all__ = ["CaptureReport", "capture", "captured_in", "captured_name", "captured_prefix", "scan", "settle"]
+__all__ = ["CaptureReport", "capture", "captured_name", "scan", "settle"]

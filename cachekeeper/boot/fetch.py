@@ -33,7 +33,7 @@ from ..errors import (
     ObjectNotFound,
     StoreError,
 )
-from ..format.manifest import blob_key
+from ..format.layout import blob_key
 from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into

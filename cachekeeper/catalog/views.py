@@ -17,7 +17,8 @@ from sqlalchemy import ColumnElement, Connection, and_, case, func, select
 from sqlalchemy.orm import aliased
 
 from ..format.fingerprint import Fingerprint
-from ..format.manifest import CAPTURED_PREFIX, KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
+from ..format.layout import CAPTURED_DIR
+from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from ..inspection.diff import EntryCost
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
@@ -314,7 +315,7 @@ def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
     """Per toolchain: backend, manifests and captured sets, counted on the (fingerprint_id, name) index
     alone (captured sets are named captured/<hash>): no table scan on the first view."""
     backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
-    captured = func.count(case((M.name.startswith(CAPTURED_PREFIX, autoescape=True), 1)))
+    captured = func.count(case((M.name.startswith(CAPTURED_DIR, autoescape=True), 1)))
     counts = conn.execute(select(M.fingerprint_id, func.count(), captured).group_by(M.fingerprint_id)).all()
     found = {fp_id: (int(n), int(c)) for fp_id, n, c in counts}
     return [{"id": fp_id, "backend": backend, "manifests": found.get(fp_id, (0, 0))[0],

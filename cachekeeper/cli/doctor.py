@@ -17,12 +17,8 @@ from ..errors import BackendUnavailable, CachekeeperError
 
 
 def _backend_names() -> list[str]:
-    from ..backends import REGISTRY
+    from ..backends import registry  # built in, plus plugins from CACHEKEEPER_BACKENDS
 
-    try:
-        from ..backends import registry  # plugins from CACHEKEEPER_BACKENDS, where supported
-    except ImportError:
-        return sorted(REGISTRY)
     return sorted(registry())
 
 

@@ -24,7 +24,6 @@ class MatrixEntry:
 
 
 # The first name, kept for importers (plugins, scripts): nothing about an entry is planned.
-PlannedEntry = MatrixEntry
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,7 @@ class ModelMatrix:
 
     def warmup_for(self, mode: str) -> str:
         m = self.model
-        # `pipeline` is the first spelling of warmup=pipeline; the schema folds it in, code may still set it
-        return m.warmup or ("pipeline" if m.pipeline else default_warmup(mode))
+        return m.warmup or default_warmup(mode)
 
     def key_options(self, mode: str = "full") -> tuple[tuple[str, str], ...]:
         """The entry's graph-changing options, which go into its key (sorted, as EntrySpec wants).
@@ -108,7 +106,6 @@ class Config:
         return dict(self.backend_options.get(backend, {}))
 
     # The first name; "options" alone also means entry key options (EntrySpec.options) and CLI options.
-    options_for = backend_options_for
 
     def model_names(self) -> list[str]:
         return [m.model.name for m in self.models]

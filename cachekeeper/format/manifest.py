@@ -21,12 +21,11 @@ from ..errors import ManifestError
 from ..fsutil import safe_relpath
 from . import canonical
 from .fingerprint import Fingerprint
-from .layout import CAPTURED_DIR, blob_key, captured_prefix, manifest_key, manifest_prefix
+from .layout import CAPTURED_DIR, manifest_key
 from .spec import EntrySpec
 
-# The key builders live in layout.py; these names stay importable from here for existing callers.
-__all__ = ["CAPTURED_PREFIX", "KIND_CAPTURED", "KIND_ENTRY", "KIND_SHARED", "BlobRecord", "FileRecord", "Manifest",
-           "blob_key", "captured_prefix", "check_placement_paths", "manifest_key", "manifest_prefix", "schema_for"]
+__all__ = ["KIND_CAPTURED", "KIND_ENTRY", "KIND_SHARED", "BlobRecord", "FileRecord", "Manifest",
+           "check_placement_paths", "schema_for"]
 
 SCHEMA = 1
 KIND_ENTRY = "entry"
@@ -37,7 +36,6 @@ KIND_SHARED = "shared"
 # finds them.
 KIND_CAPTURED = "captured"
 SCHEMA_CAPTURED = 2
-CAPTURED_PREFIX = CAPTURED_DIR
 _CAPTURED_NAME = re.compile(rf"{CAPTURED_DIR}[0-9a-f]{{16}}")   # layout.captured_set_name of 16 hex
 
 

@@ -19,8 +19,6 @@ SPEC_VERSION = 1
 EAGER_MODES = frozenset({"eager", "defer_and_fuse"})
 WARMUPS = ("pipeline", "component")
 OFFLOADS = ("model", "sequential")
-# Entry options a pipeline call adds to the key (they change compiled graphs; prompt text, steps, seed do not).
-PIPELINE_KEY_OPTIONS = ("warmup", "guidance", "max_sequence_length", "offload")
 
 
 def default_warmup(mode: str) -> str:
@@ -100,7 +98,6 @@ class ModelRef:
     hub: str | None = None           # hub repo id, used with revision
     revision: str = ""
     inputs: str = "auto"             # warm-up input builder: auto|flux|unet|"module:function"
-    pipeline: bool = False           # deprecated spelling of warmup="pipeline"; the config folds it into warmup
     tensor_parallel: int = 1         # >1: launched under torchrun --nproc_per_node=N
     guidance: bool = False           # classifier-free guidance: a pipeline warm-up runs batch = spec batch / 2
     warmup: str = ""                 # "pipeline" | "component"; "" = by mode (spec.default_warmup)

@@ -14,7 +14,8 @@ from ..config import MatrixEntry
 from ..errors import QueuePayloadError
 from ..format.spec import EntrySpec
 
-PAYLOAD_VERSION = 2   # 1: the unversioned {"spec", "model"} of the first release
+# 1: the unversioned {"spec", "model"} of the first release; 2: ModelRef carried `pipeline` (now `warmup`)
+PAYLOAD_VERSION = 3
 
 
 def encode(entry: MatrixEntry) -> str:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.format.manifest import MAX_MANIFEST_BYTES, blob_key
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import MAX_MANIFEST_BYTES
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE

@@ -11,7 +11,7 @@ import pytest
 
 from cachekeeper.boot import fetch
 from cachekeeper.errors import HydrateIncomplete, IntegrityError, StoreError
-from cachekeeper.format.manifest import blob_key
+from cachekeeper.format.layout import blob_key
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.reader import Body
 

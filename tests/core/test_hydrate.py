@@ -14,7 +14,8 @@ from cachekeeper.boot.hydrate import hydrate
 from cachekeeper.boot.plan import coalesce, plan_hydrate
 from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
-from cachekeeper.format.manifest import Manifest, blob_key
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 

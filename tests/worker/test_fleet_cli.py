@@ -147,7 +147,7 @@ def test_a_queue_job_of_another_payload_version_is_refused_with_one_line(fleet: 
         catalog.enqueue([(fp, "f" * 32, json.dumps({"spec": {"model": "old"}, "model": {"name": "old"}}))])
     proc = fleet.run("prebuild", str(fleet.config), ok=False)
     assert proc.returncode == 5
-    assert "payload version 1, written by an older cachekeeper; this worker reads version 2" in one_error_line(proc)
+    assert "payload version 1, written by an older cachekeeper; this worker reads version 3" in one_error_line(proc)
     with Catalog.open(url) as catalog:
         [job] = catalog.jobs(status="pending")
         assert job.entry_key == "f" * 32   # left for a worker that reads it

@@ -80,6 +80,8 @@ def test_a_payload_round_trips_and_carries_its_version() -> None:
 
 @pytest.mark.parametrize(("doc", "says"), [
     ({"spec": {}, "model": {}}, "payload version 1, written by an older cachekeeper"),
+    ({"v": 2, "spec": {}, "model": {"pipeline": True}}, "payload version 2, written by an older cachekeeper; "
+                                                        "this worker reads version 3"),
     ({"v": 99, "spec": {}, "model": {}}, "payload version 99, written by a newer or unknown cachekeeper"),
     ("not json", "payload version ?"),
 ])
@@ -92,7 +94,7 @@ def test_a_payload_of_another_version_is_refused_by_version(doc: object, says: s
 def test_a_current_version_payload_with_fields_this_worker_lacks_is_refused_not_a_type_error() -> None:
     doc = json.loads(payload.encode(_entry()))
     doc["model"]["fp8_recipe"] = "e4m3"
-    with pytest.raises(QueuePayloadError, match="malformed version-2 payload"):
+    with pytest.raises(QueuePayloadError, match="malformed version-3 payload"):
         payload.decode(json.dumps(doc), "fp/k")
 
 
