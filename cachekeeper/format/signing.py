@@ -19,16 +19,22 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import IntegrityError, ObjectNotFound, UsageError
-from ..stores.base import Store
 from .layout import signature_key
 
-# signature_key is built in layout.py (the bucket layout) and stays importable from here.
-__all__ = ["PublicKey", "SigningKey", "publish_signature", "require_signature", "signature_key"]
+__all__ = ["Objects", "PublicKey", "SigningKey", "publish_signature", "require_signature"]
 
 PREFIX = "ed25519:"
+
+
+class Objects(Protocol):
+    """The two calls signatures need from a store (`stores.base.Store` has them): the format layer
+    imports nothing above it."""
+
+    def put_bytes(self, key: str, data: bytes) -> bool: ...
+    def get_bytes(self, key: str) -> bytes: ...
 
 
 def _crypto() -> Any:
@@ -101,12 +107,12 @@ class SigningKey:
                           sort_keys=True).encode()
 
 
-def publish_signature(store: Store, key: SigningKey, manifest_bytes: bytes) -> None:
+def publish_signature(store: Objects, key: SigningKey, manifest_bytes: bytes) -> None:
     """Written before the manifest itself, so a signing publisher never exposes an unsigned manifest."""
     store.put_bytes(signature_key(hashlib.sha256(manifest_bytes).hexdigest()), key.sign(manifest_bytes))
 
 
-def require_signature(store: Store, manifest_bytes: bytes, trusted: Iterable[PublicKey], source: str) -> None:
+def require_signature(store: Objects, manifest_bytes: bytes, trusted: Iterable[PublicKey], source: str) -> None:
     """Raise IntegrityError unless a trusted key signed exactly these bytes."""
     digest = hashlib.sha256(manifest_bytes).hexdigest()
     try:

@@ -12,8 +12,9 @@ from cachekeeper.admin.inventory import scan
 from cachekeeper.boot.hydrate import hydrate
 from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, UsageError
+from cachekeeper.format.layout import signature_key
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.format.signing import PublicKey, SigningKey, signature_key
+from cachekeeper.format.signing import PublicKey, SigningKey
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 
