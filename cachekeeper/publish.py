@@ -25,7 +25,7 @@ from .format.fingerprint import Fingerprint
 from .format.layout import blob_key, manifest_key
 from .format.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
 from .format.spec import EntrySpec
-from .fsutil import sha256_file
+from .fs.paths import sha256_file
 from .snapshot import LocalFile, iter_blobs, scan_roots
 from .stores.base import Store
 

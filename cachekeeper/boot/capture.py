@@ -37,7 +37,9 @@ from ..format import canonical
 from ..format.fingerprint import Fingerprint
 from ..format.layout import captured_set_name
 from ..format.manifest import KIND_CAPTURED, Manifest
-from ..fsutil import TMP_SUFFIX, FileLock, atomic_write_bytes, ensure_dir
+from ..fs.atomic import atomic_write_bytes
+from ..fs.locks import FileLock
+from ..fs.paths import TMP_SUFFIX, ensure_dir
 from ..snapshot import LocalFile
 from ..stores.base import Store
 from .state import STATE_DIR, State, file_key, load_state, state_dir

@@ -34,7 +34,8 @@ from ..errors import (
     StoreError,
 )
 from ..format.layout import blob_key
-from ..fsutil import AtomicFile, ensure_dir, fsync_dir, sha256_file
+from ..fs.atomic import AtomicFile, fsync_dir
+from ..fs.paths import ensure_dir, sha256_file
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into
 from .plan import HydratePlan, Placement, coalesce

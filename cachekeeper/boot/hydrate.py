@@ -27,7 +27,8 @@ from ..errors import (
 )
 from ..format.fingerprint import Fingerprint
 from ..format.manifest import Manifest
-from ..fsutil import FileLock, LiveTag, SafeJoiner, ensure_dir, lstat_or_none, new_tag, sweep_temp
+from ..fs.locks import FileLock, LiveTag, sweep_temp
+from ..fs.paths import SafeJoiner, ensure_dir, lstat_or_none, new_tag
 from ..presence import plan_presence
 from ..stores.base import Store
 from ..stores.reader import Deadline

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import ManifestError
 from ..format.manifest import FileRecord, Manifest
-from ..fsutil import SafeJoiner
+from ..fs.paths import SafeJoiner
 from .state import PlacedFile, State, file_key
 
 # probe(path, placed-record-or-None) -> "ok" (placed and unchanged), "check" (present, unknown), "missing"

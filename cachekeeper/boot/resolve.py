@@ -16,7 +16,7 @@ from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMis
 from ..format.fingerprint import Fingerprint
 from ..format.layout import manifest_key
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
-from ..fsutil import atomic_write_bytes
+from ..fs.atomic import atomic_write_bytes
 from ..stores.base import Store
 from ..stores.manifests import manifest_keys
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DestinationError
-from ..fsutil import atomic_write_bytes
+from ..fs.atomic import atomic_write_bytes
 
 STATE_DIR = ".cachekeeper"
 STATE_VERSION = 1

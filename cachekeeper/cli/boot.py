@@ -143,7 +143,7 @@ def env(config_path: str | None, backend: str | None, dest: str | None, device: 
     `hydrate --print-env` prints them for `eval`; this writes them as a file another process reads: a
     systemd `EnvironmentFile=` (`--format systemd`) or a file a container's shell sources (`--format shell`)."""
     from ..api import env as exports_for
-    from ..fsutil import atomic_write_bytes
+    from ..fs.atomic import atomic_write_bytes
 
     text = render(exports_for(config=config_path, backend=backend, dest=dest, device=device,
                               options=backend_pairs(pairs)), fmt)

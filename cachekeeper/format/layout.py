@@ -24,7 +24,7 @@ Parsers take a key relative to the store and return a small value, or None for a
 that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). This module
 does no I/O: listing a store's manifest keys is `stores/manifests.py` (over `listing_prefix` and
 `select_manifest_keys` here), reading what they hold is `admin/inventory.py`'s job. It is on the boot
-path: it imports nothing heavier than `fsutil`.
+path: it imports nothing heavier than `fs.paths`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ..fsutil import TMP_SUFFIX, temp_tag
+from ..fs.paths import TMP_SUFFIX, temp_tag
 
 BLOBS = "blobs/"
 BLOB_DIR = "blobs/sha256/"
@@ -41,7 +41,7 @@ MANIFESTS = "manifests/"
 SIGNATURES = "signatures/"
 MANIFEST_SUFFIX = ".json"
 CAPTURED_DIR = "captured/"   # inside manifests/<fp>/, and the start of every captured set's name
-TEMP_SUFFIX = TMP_SUFFIX     # the file store's temp names end so (fsutil.temp_path writes them)
+TEMP_SUFFIX = TMP_SUFFIX     # the file store's temp names end so (fs.paths.temp_path writes them)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # One path component that is neither empty nor a dot-name: temp files start with a dot, and "." / ".."

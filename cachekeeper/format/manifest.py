@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ManifestError
-from ..fsutil import safe_relpath
+from ..fs.paths import safe_relpath
 from . import canonical
 from .fingerprint import Fingerprint
 from .layout import CAPTURED_DIR, manifest_key
@@ -228,7 +228,7 @@ def check_placement_paths(files: Iterable[FileRecord], source: str | None) -> No
     of the state dir, never a temp name, no two that one normalisation (NFC) makes equal, and no path
     that is a file in one record and a directory in another."""
     from ..errors import UnsafePath
-    from ..fsutil import TMP_SUFFIX
+    from ..fs.paths import TMP_SUFFIX
 
     normal: set[tuple[str, str]] = set()
     file_paths: set[tuple[str, str]] = set()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import UnsafePath
 from ..format.layout import MANIFESTS
-from ..fsutil import safe_relpath
+from ..fs.paths import safe_relpath
 
 if TYPE_CHECKING:
     from .reader import Body

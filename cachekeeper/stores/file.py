@@ -11,7 +11,8 @@ from typing import BinaryIO
 
 from ..errors import ObjectNotFound, StoreError, StoreNotFound
 from ..format.layout import TEMP_SUFFIX
-from ..fsutil import CHUNK, atomic_writer
+from ..fs.atomic import atomic_writer
+from ..fs.paths import CHUNK
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
 

@@ -32,7 +32,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
-from ..fsutil import CHUNK
+from ..fs.paths import CHUNK
 from ._util import ClientSlot, bucket_location
 from .base import Debris, ObjectInfo, Store, check_key
 from .ranged import RangedReads, Send

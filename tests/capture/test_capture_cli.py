@@ -233,7 +233,7 @@ def test_an_s3_bucket_that_denies_put_object_is_named_with_the_permission(world:
 
 
 def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishing(world: World) -> None:
-    from cachekeeper.fsutil import FileLock
+    from cachekeeper.fs.locks import FileLock
 
     dest = world.tmp / "d1"
     world.hydrate(dest)

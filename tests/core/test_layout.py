@@ -8,7 +8,7 @@ import pytest
 
 from cachekeeper.format import layout
 from cachekeeper.format.layout import ManifestKey, TempKey
-from cachekeeper.fsutil import temp_path
+from cachekeeper.fs.paths import temp_path
 
 DIGEST = "ab" + "0" * 62
 FP_ID = "0123456789abcdef"

@@ -37,7 +37,7 @@ from typing import Any
 
 from ...errors import BuildFailed
 from ...format import canonical
-from ...fsutil import atomic_write_bytes
+from ...fs.atomic import atomic_write_bytes
 from ..base import CACHE_ROOT, BuildJob
 
 MODE = "aot"

@@ -1,4 +1,4 @@
-"""fsutil: the one write path and the one path guard."""
+"""fs: the one write path (atomic), the one path guard (paths) and the locks."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.errors import DestinationError, IntegrityError, LockBusy, UnsafePath
-from cachekeeper.fsutil import (
-    FileLock,
-    SafeJoiner,
-    atomic_write_bytes,
-    atomic_writer,
-    safe_join,
-    safe_relpath,
-    sweep_temp,
-)
+from cachekeeper.fs.atomic import atomic_write_bytes, atomic_writer
+from cachekeeper.fs.locks import FileLock, sweep_temp
+from cachekeeper.fs.paths import SafeJoiner, safe_join, safe_relpath
 
 HOSTILE = ["../x", "a/../../x", "/etc/passwd", "a\\..\\b", "a\x00b", "", ".", "a/./b", "a//b", "C:/x", "..",
            "x/.."]
@@ -104,7 +98,7 @@ def test_kill_9_mid_write_leaves_only_a_temp_file_that_sweep_removes(tmp_path: P
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from cachekeeper.fsutil import atomic_writer\n"
+        "from cachekeeper.fs.atomic import atomic_writer\n"
         f"with atomic_writer(Path({str(target)!r})) as f:\n"
         "    f.write(b'x' * 1000); f.flush(); print('writing', flush=True); os.kill(os.getpid(), 9)\n"
     )
@@ -125,7 +119,7 @@ def test_a_destination_that_cannot_be_created_is_a_destination_error(tmp_path: P
 def test_a_held_lock_times_out_with_lock_busy(tmp_path: Path) -> None:
     path = tmp_path / "lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom pathlib import Path\nfrom cachekeeper.fsutil import FileLock\n"
+        "import sys, time\nfrom pathlib import Path\nfrom cachekeeper.fs.locks import FileLock\n"
         f"with FileLock(Path({str(path)!r})):\n    print('held', flush=True); time.sleep(30)\n")],
         stdout=subprocess.PIPE, text=True)
     try:
