@@ -15,7 +15,6 @@ at the end, before the state file says the files are there (no global sync; docs
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 import os
 import queue
@@ -460,15 +459,7 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
     run = _Run(store, deadline or Deadline(), tag)
     stats = run.stats
     tick = (lambda: progress(stats)) if progress is not None else None
-    # No cyclic GC while fetching: the plan's objects are long-lived and the fetch makes no cycles, yet
-    # each collection walked them all (a tenth of the hydrate's CPU). Reference counting still frees.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        placed, dirs = _execute(run, plan, threads, tick, roots)
-    finally:
-        if collecting:
-            gc.enable()
+    placed, dirs = _execute(run, plan, threads, tick, roots)  # the CLI pauses the collector (cli/boot.py)
     _sync_dirs(dirs, threads)
     return placed, stats
 

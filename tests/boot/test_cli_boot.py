@@ -95,3 +95,18 @@ def test_a_terminal_gets_a_progress_line_only_after_a_second(
     clock[0] += 1.5
     show(stats)
     assert "\rhydrate: 10/40 files, 20/80 MiB, 10 MiB/s" in capsys.readouterr().err
+
+
+def test_the_library_hydrate_leaves_the_collector_alone_and_the_cli_restores_it(tmp_path: Path) -> None:
+    """A serving process calls `cachekeeper.hydrate` while its other threads allocate: only the CLI, whose
+    process does nothing else, pauses the cyclic collector, and it restores it afterwards."""
+    import gc
+
+    from cachekeeper.boot import fetch
+    from cachekeeper.cli.boot import collector_paused
+
+    assert "gc.disable" not in Path(fetch.__file__).read_text()
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
