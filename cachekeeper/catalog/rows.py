@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..format.spec import EntrySpec
 
@@ -68,12 +68,15 @@ class Claim:
     lease_expires_at: datetime
 
 
+JobStatus = Literal["pending", "running", "done", "failed"]  # catalog/queue.py moves a job along these
+
+
 @dataclass(frozen=True)
 class JobRow:
     fingerprint_id: str
     entry_key: str
     payload: str
-    status: str
+    status: JobStatus
     worker: str | None
     lease_expires_at: datetime | None
     attempts: int

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import ColumnElement, Connection, and_, case, func, select
 from sqlalchemy.orm import aliased
@@ -98,15 +98,18 @@ class MatrixFilter:
     model: str | None = None
     mode: str | None = None
     dtype: str | None = None
-    status: str | None = None        # built | missing | captured
+    status: str | None = None        # built | missing | captured (dashboard/params.STATUSES)
     page: int = 1
     per_page: int = 5                # models per page: each brings all its (component, mode, dtype) rows
+
+
+CellStatus = Literal["built", "captured", "missing", "partial"]
 
 
 @dataclass(frozen=True)
 class Cell:
     shape: str                # HxWxB
-    status: str               # built | captured | missing | partial
+    status: CellStatus
     entries: int              # distinct entries of this cell over every toolchain of the backend
     here: int                 # of those, built (or captured) for the chosen toolchain
     size: int
@@ -129,7 +132,7 @@ class Matrix:
     has_next: bool
 
 
-def _cell_status(entries: int, here: int, built: int, captured: int) -> str:
+def _cell_status(entries: int, here: int, built: int, captured: int) -> CellStatus:
     if here == 0:
         return "missing"
     if here < entries:

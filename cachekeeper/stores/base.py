@@ -12,7 +12,7 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import UnsafePath
 from ..format.layout import MANIFESTS
@@ -35,7 +35,7 @@ class Debris:
     store) or an unfinished multipart upload (S3, billed until aborted). GC removes it after its grace."""
 
     key: str
-    kind: str         # "temp" | "multipart"
+    kind: Literal["temp", "multipart"]
     mtime: float      # when it was started
     size: int = 0
     upload_id: str = ""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..backends.base import Backend, BuildJob
 from ..boot.request import host_toolchain
@@ -50,12 +50,16 @@ if TYPE_CHECKING:
 WAIT_POLL_S = 2.0
 
 
+# "held": a live worker is building it; "refused": a pin or input this host cannot meet
+OutcomeStatus = Literal["built", "present", "failed", "held", "refused"]
+
+
 @dataclass(frozen=True)
 class Outcome:
     label: str
     key: str
     fingerprint_id: str
-    status: str                 # "built" | "present" | "failed" | "held" (by a live worker) | "refused"
+    status: OutcomeStatus
     seconds: float = 0.0
     detail: str = ""            # failure reason and log tail, the manifest digest, or who holds it
     holder: str = ""            # the worker holding a "held" entry
@@ -124,7 +128,7 @@ def key_of(spec: EntrySpec) -> str:
     return spec.key
 
 
-def _outcome(entry: MatrixEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "",
+def _outcome(entry: MatrixEntry, tc: Toolchain, status: OutcomeStatus, seconds: float = 0.0, detail: str = "",
              holder: str = "") -> Outcome:
     return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail, holder)
 
