@@ -8,7 +8,6 @@ single-request uploads only; see put_file).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
 from collections.abc import Iterator, Mapping
@@ -26,8 +25,8 @@ from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exceptions
 
-from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
-from ._util import ClientSlot, bucket_location
+from ..errors import StoreAuthError, StoreError, StoreUnreachable
+from ._util import ClientSlot
 from .base import ObjectInfo, Store, check_key
 from .ranged import RangedReads, Response, Send, nothing_listens
 
@@ -102,15 +101,16 @@ class _Clients:
 
 class GCSStore(RangedReads, Store):
     service = "GCS"
+    # google/requests failures, translated by _raise
+    _sdk_errors = (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, storage_exceptions.InvalidResponse,
+                   storage_exceptions.DataCorruption, *_NETWORK_ERRORS)
     get_headers: ClassVar[Mapping[str, str]] = {"Accept-Encoding": "identity"}  # bytes as stored, as digested
     simple_upload_max = SIMPLE_UPLOAD_MAX
     chunk_size = CHUNK_SIZE
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        self.prefix, self.url = bucket_location("gs", bucket, prefix)
-        self.bucket_name = bucket
+        super().__init__("gs", bucket, prefix)
         self._client_slot: ClientSlot[_Clients] = ClientSlot()
-        self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -128,13 +128,7 @@ class GCSStore(RangedReads, Store):
         name = f"{self.prefix}/{key}" if self.prefix else key
         return self._bucket().blob(name)
 
-    def _where(self, key: str | None) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
-    def _not_found(self) -> StoreNotFound:
-        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})", url=self.url)
-
-    def _raise(self, exc: BaseException, key: str | None) -> NoReturn:
+    def _raise(self, exc: BaseException, key: str | None = None) -> NoReturn:
         where = self._where(key)
         subject = {"key": key, "url": self.url}
         if isinstance(exc, api_exceptions.RetryError) and exc.cause is not None:
@@ -150,15 +144,6 @@ class GCSStore(RangedReads, Store):
         if isinstance(exc, api_exceptions.GoogleAPICallError):  # its `.message` is Google's text, shown as is
             raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0], **subject) from None
         raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
-
-    @contextlib.contextmanager
-    def _errors(self, key: str | None = None) -> Iterator[None]:
-        """Translate google/requests failures into cachekeeper errors naming the URL."""
-        try:
-            yield
-        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, storage_exceptions.InvalidResponse,
-                storage_exceptions.DataCorruption, *_NETWORK_ERRORS) as exc:
-            self._raise(exc, key)
 
     def _bucket_exists(self) -> bool:
         """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember.
@@ -179,11 +164,6 @@ class GCSStore(RangedReads, Store):
                 pass  # the object request already got past auth, so the bucket is there
         self._bucket_seen = True
         return True
-
-    def _missing(self, key: str) -> NoReturn:
-        if not self._bucket_exists():
-            raise self._not_found()
-        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     # --- Store API -------------------------------------------------------------------------------
 

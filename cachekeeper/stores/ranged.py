@@ -19,6 +19,7 @@ from typing import ClassVar, Literal, NoReturn, Protocol
 import urllib3.exceptions
 
 from ..errors import StoreAuthError, StoreError, StoreRetryable, StoreUnreachable
+from ._util import BucketPlumbing
 from .reader import Body, BytesBody, parse_content_range
 
 
@@ -163,22 +164,15 @@ def open_ranged(get: PreparedGet, start: int, end: int | None, read_timeout: flo
     raise StoreError(f"{get.where}: {get.service} answered {status}")
 
 
-class RangedReads:
-    """`open_range` for an HTTP store: one ranged GET that the store signs or authorizes (`_sign`), sent
-    and classified here. Mixed into S3Store and GCSStore before `Store`."""
+class RangedReads(BucketPlumbing):
+    """`open_range` for a bucket store: one ranged GET that the store signs or authorizes (`_sign`), sent
+    and classified here. S3Store and GCSStore put it before `Store`."""
 
-    url: str
     service: ClassVar[str]
     get_headers: ClassVar[Mapping[str, str]] = {}
 
     def _sign(self, key: str) -> tuple[str, Send]:
         """The URL of `key` and who sends a GET to it."""
-        raise NotImplementedError
-
-    def _missing(self, key: str) -> NoReturn:
-        raise NotImplementedError
-
-    def _errors(self, key: str | None = None) -> AbstractContextManager[object]:
         raise NotImplementedError
 
     def prepared_get(self, key: str) -> PreparedGet:

@@ -31,9 +31,9 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
+from ..errors import StoreAuthError, StoreError, StoreUnreachable
 from ..fs.paths import CHUNK
-from ._util import ClientSlot, bucket_location
+from ._util import ClientSlot
 from .base import Debris, ObjectInfo, Store, check_key
 from .ranged import RangedReads, Send
 
@@ -107,6 +107,7 @@ def _client_config() -> Config:
 
 class S3Store(RangedReads, Store):
     service = "S3"
+    _sdk_errors = (BotoCoreError, ClientError)
     # put_file sends one streamed PutObject up to this size: its IfNoneMatch is atomic everywhere we
     # tested. Above it, a parallel multipart upload with IfNoneMatch on CompleteMultipartUpload: atomic
     # on AWS, but SeaweedFS 4.48 lets two racing completes both succeed (last one's bytes stay).
@@ -116,10 +117,9 @@ class S3Store(RangedReads, Store):
     max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        self.prefix, self.url = bucket_location("s3", bucket, prefix)
+        super().__init__("s3", bucket, prefix)
         self.bucket = bucket
         self._client_slot: ClientSlot[Any] = ClientSlot()
-        self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -131,10 +131,7 @@ class S3Store(RangedReads, Store):
         check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def _where(self, key: str | None) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
-    def _raise(self, exc: Exception, key: str | None = None) -> NoReturn:
+    def _raise(self, exc: BaseException, key: str | None = None) -> NoReturn:
         where = self._where(key)
         subject = {"key": key, "url": self.url}
         if isinstance(exc, _CREDENTIAL_ERRORS):
@@ -150,17 +147,6 @@ class S3Store(RangedReads, Store):
             raise StoreError(f"{where}: S3 error {code or status}", **subject) from None
         raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
 
-    def _not_found(self) -> StoreNotFound:
-        return StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})", url=self.url)
-
-    @contextlib.contextmanager
-    def _errors(self, key: str | None = None) -> Iterator[None]:
-        """Translate botocore failures into cachekeeper errors naming the URL."""
-        try:
-            yield
-        except (BotoCoreError, ClientError) as exc:
-            self._raise(exc, key)
-
     def _bucket_exists(self) -> bool:
         """A bare 404 does not say whether the key or the bucket is missing; ask once and remember."""
         if self._bucket_seen:
@@ -175,13 +161,6 @@ class S3Store(RangedReads, Store):
             # No ListBucket permission: the object request already got past auth, so the bucket is there.
         self._bucket_seen = True
         return True
-
-    def _missing(self, key: str) -> NoReturn:
-        with self._errors(key):
-            exists = self._bucket_exists()
-        if not exists:
-            raise self._not_found()
-        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     def _head(self, key: str) -> int | None:
         k = self._key(key)
