@@ -12,7 +12,6 @@ What is built already is `presence.py`'s answer: an entry the catalog indexes co
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import socket
@@ -31,7 +30,6 @@ from ..errors import ManifestError, QueuePayloadError
 from ..format.fingerprint import Fingerprint
 from ..format.layout import manifest_key
 from ..format.manifest import Manifest
-from ..format.spec import EntrySpec
 from ..presence import look_up
 from ..publish import publish
 from ..stores.base import Store
@@ -122,15 +120,9 @@ def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, Toolchai
     return out
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def key_of(spec: EntrySpec) -> str:
-    """`spec.key` once per spec: it is a digest of the canonical spec, and a 10k-entry plan asks often."""
-    return spec.key
-
-
 def _outcome(entry: MatrixEntry, tc: Toolchain, status: OutcomeStatus, seconds: float = 0.0, detail: str = "",
              holder: str = "") -> Outcome:
-    return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail, holder)
+    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, status, seconds, detail, holder)
 
 
 # --- what is built already ---------------------------------------------------------------------------
@@ -146,7 +138,7 @@ def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: St
     for e in entries:
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
-        presence = look_up(fp_id, [key_of(e.spec) for e in group], catalog=catalog, store=store,
+        presence = look_up(fp_id, [e.spec.key for e in group], catalog=catalog, store=store,
                            verify_store=verify_store)
         if catalog is not None:
             for key in presence.unindexed:     # in the store, not yet in the index
@@ -154,7 +146,7 @@ def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: St
             for digest in presence.stale.values():   # an index row whose manifest is gone (gc, repair): rebuild it
                 catalog.forget(digest)
         for e in group:
-            if presence.is_built(key_of(e.spec)):
+            if presence.is_built(e.spec.key):
                 present.append(_outcome(e, tcs[e.spec.backend], "present"))
             else:
                 todo.append(e)
@@ -182,13 +174,13 @@ def shard_entries(entries: list[MatrixEntry], tcs: dict[str, Toolchain], shard: 
                   catalog: Catalog | None) -> list[MatrixEntry]:
     """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
     ours = {tc.fingerprint.id for tc in tcs.values()}
-    keys = [key_of(e.spec) for e in entries]
+    keys = [e.spec.key for e in entries]
     if catalog is not None:
         costs = catalog.build_costs(keys, exclude_fingerprints=ours)
     else:
         costs = store_costs(store, set(keys), ours)
     mine = set(split(keys, shard.count, costs)[shard.index])
-    return [e for e in entries if key_of(e.spec) in mine]
+    return [e for e in entries if e.spec.key in mine]
 
 
 def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
@@ -344,14 +336,14 @@ class _Run:
         claimable = 0
         now = dt.datetime.now(dt.UTC)
         for fp_id, tc in self.by_fp.items():
-            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, key_of(e.spec)) not in reported]
+            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, e.spec.key) not in reported]
             if not group:
                 continue
-            states = self.catalog.job_states(fp_id, [key_of(e.spec) for e in group])
+            states = self.catalog.job_states(fp_id, [e.spec.key for e in group])
             for e in group:
-                job = states.get(key_of(e.spec))
+                job = states.get(e.spec.key)
                 if job is None or job.status == "pending":
-                    claimable += key_of(e.spec) not in self.refused
+                    claimable += e.spec.key not in self.refused
                 elif job.status == "done":
                     out.append(_outcome(e, tc, "present", detail=f"built by {job.worker}"))
                 elif job.status == "failed":
@@ -384,7 +376,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     settings = settings or RunSettings()
     entries = config.entries(backends, models)
     if only:
-        entries = [e for e in entries if key_of(e.spec) in only or key_of(e.spec)[:12] in only]
+        entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
     config.require_model_paths(models)
     tcs = toolchains(config, entries)
     workers = settings.workers if settings.workers is not None else config.build_workers
@@ -400,7 +392,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     if catalog is None:
         run.walk(todo, envs, workers)
         return report
-    run.plan = {(tcs[e.spec.backend].fingerprint.id, key_of(e.spec)): e for e in todo}
+    run.plan = {(tcs[e.spec.backend].fingerprint.id, e.spec.key): e for e in todo}
     catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
     catalog.requeue(run.plan)
     backoff = Backoff(settings.wait_poll_s)
