@@ -314,9 +314,11 @@ def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[
     journal = load_journal(dest)
     staging = state_dir(dest) / STAGING
     store_url = "the store"
+    permission = Store.write_permission  # until the store is open and can say it in its own terms
     try:
         local = [_stage(dest, staging, s) for s in complete]
         store = open_store()
+        permission = store.write_permission
         store_url = store.url
         files, blobs, uploaded, _ = upload_files(store, local)
         # A hydrate that ran meanwhile may have placed some of these paths: never republish its files.
@@ -334,7 +336,7 @@ def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[
         report.pending = len(complete)
         if isinstance(exc, DestinationError) and store_url == "the store":
             raise  # staging inside the dest failed: a local problem, not the store's
-        raise StoreWriteDenied(f"{store_url} refused a write: {exc}", write_permission_hint(store_url),
+        raise StoreWriteDenied(f"{store_url} refused a write: {exc}", permission,
                                url=store_url) from None
     except CachekeeperError as exc:
         _keep(dest, journal, complete, str(exc))
@@ -379,16 +381,6 @@ def _remove_tree(root: Path) -> None:
                 os.rmdir(os.path.join(dirpath, name))
     with contextlib.suppress(OSError):
         os.rmdir(root)
-
-
-def write_permission_hint(store_url: str) -> str:
-    """Which permission a capturing host needs, in the store's own terms."""
-    if store_url.startswith("s3://"):
-        return ("grant s3:PutObject (and s3:GetObject, s3:ListBucket) on the bucket's blobs/, signatures/ and "
-                "manifests/<fingerprint>/captured/ keys to this host's role")
-    if store_url.startswith("gs://"):
-        return "grant storage.objects.create (and storage.objects.get/list) on the bucket to this host's account"
-    return "give this host's user write access to the store directory (blobs/, signatures/, manifests/)"
 
 
 __all__ = ["CaptureReport", "capture", "captured_name", "scan", "settle"]

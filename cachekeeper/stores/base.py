@@ -123,6 +123,9 @@ class Store(abc.ABC):
     # What killed publishers leave behind (GC). Stores whose writes leave nothing keep the defaults.
 
     debris_note: str = ""   # what the store cleans up by itself, for `gc` to say
+    # what a writing host (a capturing server) must be granted, in the store's own terms
+    write_permission: str = ("give this host's user write access to the store directory (blobs/, signatures/, "
+                             "manifests/)")
 
     def list_debris(self) -> Iterator[Debris]:
         """Temp objects and unfinished uploads under this store's prefix, in no promised order."""

@@ -293,6 +293,8 @@ class GCSStore(RangedReads, Store):
 
     # Uploads create no object until they finish: a killed publisher leaves only a resumable-upload
     # session, which cannot be listed and which GCS expires by itself one week after it was started.
+    write_permission = ("grant storage.objects.create (and storage.objects.get/list) on the bucket to this host's "
+                        "account")
     debris_note = "gs: interrupted resumable uploads leave no object; GCS expires their sessions after 7 days"
 
     def check(self) -> None:

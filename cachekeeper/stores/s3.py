@@ -337,6 +337,8 @@ class S3Store(RangedReads, Store):
 
     # PutObject is atomic (no temp object); a publisher killed inside a multipart upload leaves its
     # parts invisible to listings and billed until the upload is aborted.
+    write_permission = ("grant s3:PutObject (and s3:GetObject, s3:ListBucket) on the bucket's blobs/, signatures/ "
+                        "and manifests/<fingerprint>/captured/ keys to this host's role")
     debris_note = "s3: unfinished multipart uploads are aborted (a bucket lifecycle rule can do it too)"
 
     def list_debris(self) -> Iterator[Debris]:
