@@ -68,6 +68,19 @@ class Claim:
     lease_expires_at: datetime
 
 
+@dataclass(frozen=True)
+class EntryCost:
+    """One entry built for a toolchain: what it is, how big, how long its build took (None: unrecorded)."""
+
+    key: str
+    label: str
+    size: int
+    seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "entry": self.label, "size": self.size, "seconds": self.seconds}
+
+
 JobStatus = Literal["pending", "running", "done", "failed"]  # catalog/queue.py moves a job along these
 
 

@@ -19,9 +19,9 @@ from sqlalchemy.orm import aliased
 from ..format.fingerprint import Fingerprint
 from ..format.layout import CAPTURED_DIR
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
-from ..inspection.diff import EntryCost
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
+from .rows import EntryCost
 
 if TYPE_CHECKING:
     from .catalog import Catalog
