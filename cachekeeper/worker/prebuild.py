@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ..backends.base import Backend, BuildJob
-from ..boot.request import host_toolchain
+from ..backends.base import BuildJob
+from ..boot.request import HostToolchain, host_toolchain
 from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
-from ..format.fingerprint import Fingerprint
 from ..format.layout import manifest_key
 from ..format.manifest import Manifest
 from ..presence import look_up
@@ -89,13 +88,6 @@ class PrebuildReport:
 
 
 @dataclass(frozen=True)
-class Toolchain:
-    backend: Backend
-    fingerprint: Fingerprint
-    options: dict[str, str]
-
-
-@dataclass(frozen=True)
 class RunSettings:
     """How this worker runs, beyond what the config says."""
 
@@ -110,17 +102,13 @@ class RunSettings:
     wait_poll_s: float = WAIT_POLL_S
 
 
-def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, Toolchain]:
-    """This host's fingerprint for each backend the plan uses (resolved as hydrate resolves it); an
+def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, HostToolchain]:
+    """This host's toolchain for each backend the plan uses (resolved as hydrate resolves it); an
     unusable backend stops the run."""
-    out: dict[str, Toolchain] = {}
-    for name in sorted({e.spec.backend for e in entries}):
-        tc = host_toolchain(config, name)
-        out[name] = Toolchain(tc.backend, tc.fingerprint, tc.options)
-    return out
+    return {name: host_toolchain(config, name) for name in sorted({e.spec.backend for e in entries})}
 
 
-def _outcome(entry: MatrixEntry, tc: Toolchain, status: OutcomeStatus, seconds: float = 0.0, detail: str = "",
+def _outcome(entry: MatrixEntry, tc: HostToolchain, status: OutcomeStatus, seconds: float = 0.0, detail: str = "",
              holder: str = "") -> Outcome:
     return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, status, seconds, detail, holder)
 
@@ -128,7 +116,7 @@ def _outcome(entry: MatrixEntry, tc: Toolchain, status: OutcomeStatus, seconds: 
 # --- what is built already ---------------------------------------------------------------------------
 
 
-def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
+def split_built(entries: list[MatrixEntry], tcs: dict[str, HostToolchain], store: Store, catalog: Catalog | None,
                 *, verify_store: bool = False) -> tuple[list[MatrixEntry], list[Outcome]]:
     """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request.
     When the store was asked too, the index is repaired to match it (the bucket is the source of truth)."""
@@ -157,7 +145,7 @@ def _index(store: Store, catalog: Catalog, key: str) -> None:
     catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
 
 
-def published_since(entry: MatrixEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> bool:
+def published_since(entry: MatrixEntry, tc: HostToolchain, store: Store, catalog: Catalog | None) -> bool:
     """One HEAD before compiling a claimed entry: another worker (another config) may have published it."""
     key = manifest_key(tc.fingerprint.id, entry.spec.key)
     if not store.exists(key):
@@ -170,7 +158,7 @@ def published_since(entry: MatrixEntry, tc: Toolchain, store: Store, catalog: Ca
 # --- shards ------------------------------------------------------------------------------------------
 
 
-def shard_entries(entries: list[MatrixEntry], tcs: dict[str, Toolchain], shard: Shard, store: Store,
+def shard_entries(entries: list[MatrixEntry], tcs: dict[str, HostToolchain], shard: Shard, store: Store,
                   catalog: Catalog | None) -> list[MatrixEntry]:
     """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
     ours = {tc.fingerprint.id for tc in tcs.values()}
@@ -204,7 +192,7 @@ def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) ->
 # --- one build ---------------------------------------------------------------------------------------
 
 
-def build_entry(entry: MatrixEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
+def build_entry(entry: MatrixEntry, tc: HostToolchain, store: Store, *, catalog: Catalog | None, timeout: float,
                 workdir_root: Path | None = None, env: dict[str, str] | None = None,
                 stop: threading.Event | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
     """Compile and publish one entry; None if `stop` was set (the lease was lost) before it published."""
@@ -238,7 +226,7 @@ def build_entry(entry: MatrixEntry, tc: Toolchain, store: Store, *, catalog: Cat
 class _Run:
     """State shared by this worker's build slots."""
 
-    def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, Toolchain],
+    def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, HostToolchain],
                  settings: RunSettings, progress: Callable[[Outcome], None] | None, report: PrebuildReport) -> None:
         self.config, self.store, self.catalog, self.tcs, self.settings = config, store, catalog, tcs, settings
         self.progress, self.report = progress, report
@@ -254,7 +242,7 @@ class _Run:
         if self.progress is not None:
             self.progress(o)
 
-    def build(self, entry: MatrixEntry, tc: Toolchain, env: dict[str, str],
+    def build(self, entry: MatrixEntry, tc: HostToolchain, env: dict[str, str],
               stop: threading.Event | None = None) -> Outcome | None:
         return build_entry(entry, tc, self.store, catalog=self.catalog, timeout=self.config.build_timeout,
                            workdir_root=self.settings.workdir_root, env=env, stop=stop,

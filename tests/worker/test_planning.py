@@ -165,9 +165,10 @@ def test_the_device_count_options_do_not_change_the_toolchain_fingerprint(monkey
 
 
 def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchain_recorded(tmp_path: Path) -> None:
+    from cachekeeper.boot.request import HostToolchain
     from cachekeeper.publish import publish
     from cachekeeper.stores.memory import MemoryStore
-    from cachekeeper.worker.prebuild import Toolchain, shard_entries
+    from cachekeeper.worker.prebuild import shard_entries
     from tests.core.helpers import fingerprint, spec, write_tree
     from tests.fakes import FakeBackend
 
@@ -178,7 +179,7 @@ def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchai
         publish(store, fingerprint=fingerprint("old"), spec=s, build={"seconds": seconds},
                 roots={"cache": write_tree(tmp_path / s.key, {"f": s.key.encode()})}, include=lambda r, p, f: True)
     entries = [MatrixEntry(s, ModelRef("tiny", "transformer", path="/m")) for s in specs]
-    tcs = {"fake": Toolchain(FakeBackend(), fingerprint("new"), {})}
+    tcs = {"fake": HostToolchain("fake", FakeBackend(), fingerprint("new"), {})}
 
     shards = [shard_entries(entries, tcs, Shard(i, 2), store, None) for i in range(2)]
 
