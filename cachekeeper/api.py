@@ -8,7 +8,7 @@
     cachekeeper.capture(report.dest, config="tiny.yaml", publish=True)          # -> CaptureReport
 
 Each call resolves the config, lockfile, backend, fingerprint and store exactly as the CLI does (the same
-functions, in `hydrate/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
+functions, in `boot/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
 `.exit_code`, and the subject as fields: `.key`, `.url`, `.path`, `.fingerprint`; the CLI's next step for
 an error is `cachekeeper.cli.hints.hint_for(exc)`). Nothing here imports torch or a database driver;
 `import cachekeeper` loads this module only on first use.

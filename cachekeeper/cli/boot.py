@@ -3,7 +3,7 @@
 
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
-pins, dest) is resolved by `hydrate/request.py`, the same functions the Python API calls.
+pins, dest) is resolved by `boot/request.py`, the same functions the Python API calls.
 """
 
 from __future__ import annotations
