@@ -61,7 +61,7 @@ def fill(url: str, n: int, config: Path, env: dict[str, str]) -> None:
     from cachekeeper.catalog import Catalog
     from cachekeeper.catalog.models import FingerprintModel, ManifestModel
     from cachekeeper.config import load_config
-    from cachekeeper.spec import EntrySpec, Shape
+    from cachekeeper.format.spec import EntrySpec, Shape
     from tests.fakes import FakeBackend
 
     fp = FakeBackend().fingerprint({})

@@ -31,7 +31,7 @@ from cachekeeper.catalog import Catalog, views
 from cachekeeper.catalog.db import parse_url
 from cachekeeper.catalog.models import BuildJobModel, FingerprintModel, ManifestModel
 from cachekeeper.dashboard.app import create_app
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 from cachekeeper.inspection.diff import plan_diff
 
 REPO = Path(__file__).resolve().parents[1]

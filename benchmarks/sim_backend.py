@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildCommand, BuildJob
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 

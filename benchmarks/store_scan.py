@@ -24,10 +24,10 @@ sys.path.insert(0, str(REPO))
 
 
 def fill(store: object, n: int) -> None:
-    from cachekeeper.fingerprint import Fingerprint
-    from cachekeeper.layout import blob_key
-    from cachekeeper.manifest import KIND_ENTRY, BlobRecord, FileRecord, Manifest
-    from cachekeeper.spec import EntrySpec, Shape
+    from cachekeeper.format.fingerprint import Fingerprint
+    from cachekeeper.format.layout import blob_key
+    from cachekeeper.format.manifest import KIND_ENTRY, BlobRecord, FileRecord, Manifest
+    from cachekeeper.format.spec import EntrySpec, Shape
     from cachekeeper.stores.base import Store
 
     assert isinstance(store, Store)
@@ -51,8 +51,8 @@ def fill(store: object, n: int) -> None:
 
 def before(store: object) -> int:
     """verify as it was: sequential manifest reads (gc.read_manifests), then a HEAD per named blob."""
-    from cachekeeper.layout import blob_key
-    from cachekeeper.manifest import Manifest
+    from cachekeeper.format.layout import blob_key
+    from cachekeeper.format.manifest import Manifest
     from cachekeeper.stores.base import Store
 
     assert isinstance(store, Store)
@@ -67,9 +67,9 @@ def before(store: object) -> int:
 
 
 def after(store: object) -> int:
-    from cachekeeper.inventory import scan
+    from cachekeeper.admin.inventory import scan
+    from cachekeeper.admin.verify import verify_store
     from cachekeeper.stores.base import Store
-    from cachekeeper.verify import verify_store
 
     assert isinstance(store, Store)
     return len(list(verify_store(store, scan(store, debris=False))))

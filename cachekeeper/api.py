@@ -8,7 +8,7 @@
     cachekeeper.capture(report.dest, config="tiny.yaml", publish=True)          # -> CaptureReport
 
 Each call resolves the config, lockfile, backend, fingerprint and store exactly as the CLI does (the same
-functions, in `hydrate/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
+functions, in `boot/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
 `.exit_code`, and the subject as fields: `.key`, `.url`, `.path`, `.fingerprint`; the CLI's next step for
 an error is `cachekeeper.cli.hints.hint_for(exc)`). Nothing here imports torch or a database driver;
 `import cachekeeper` loads this module only on first use.
@@ -22,24 +22,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .capture import CaptureReport
+    from .boot.capture import CaptureReport
+    from .boot.hydrate import HydrateReport
+    from .boot.request import HostToolchain
     from .catalog import Catalog
     from .config import Config
-    from .hydrate import HydrateReport
-    from .hydrate.request import HostToolchain
 
 StrPath = str | PathLike[str]
 
 
 def _toolchain(config: Config | None, backend: str | None, device: str | None,
                options: Mapping[str, str] | None) -> HostToolchain:
-    from .hydrate.request import host_toolchain, pick_backend
+    from .boot.request import host_toolchain, pick_backend
 
     return host_toolchain(config, pick_backend(config, backend), options, device)
 
 
 def _config(path: StrPath | None) -> Config | None:
-    from .hydrate.request import load_config
+    from .boot.request import load_config
 
     return load_config(path)
 
@@ -57,7 +57,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     (unset, the config's `hydrate` settings apply, as in the CLI).
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    from .hydrate.request import resolve_request, run_request
+    from .boot.request import resolve_request, run_request
 
     req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
                           device=device, options=options, dest=dest, store_url=store)
@@ -70,7 +70,7 @@ def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrP
         device: str | None = None, options: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that point this host's runtime at the hydrated dir (what `hydrate --print-env` prints).
     Set them before the runtime reads them (Inductor: before `import torch`)."""
-    from .hydrate.request import served_path
+    from .boot.request import served_path
 
     tc = _toolchain(_config(config), backend, device, options)
     return tc.backend.env_exports(served_path(dest, tc))
@@ -82,11 +82,11 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
-    from .capture import capture as run
-    from .capture import never_hydrated, require_publish_allowed
-    from .hydrate.destdir import served_dir
-    from .hydrate.request import store_on_demand
-    from .hydrate.state import load_state
+    from .boot.capture import capture as run
+    from .boot.capture import never_hydrated, require_publish_allowed
+    from .boot.destdir import served_dir
+    from .boot.request import store_on_demand
+    from .boot.state import load_state
 
     settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
     cfg = _config(config)
@@ -99,7 +99,7 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     dest = served_dir(Path(dest), tc.fingerprint.id)
     key = None
     if publish and sign_key is not None:
-        from .signing import SigningKey
+        from .format.signing import SigningKey
 
         key = SigningKey.load(Path(sign_key))
     with store_on_demand(store, cfg) as store_fn:

@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .layout import manifest_keys
+from .stores.manifests import manifest_keys
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -106,7 +106,7 @@ def look_up(fingerprint_id: str, keys: Iterable[str], *, catalog: Catalog | None
 
 def captured_sets(fingerprint_id: str, *, catalog: Catalog | None = None, store: Store | None = None) -> int:
     """How many captured sets (runtime compiles written back) the toolchain has, catalog first."""
-    from .manifest import KIND_CAPTURED
+    from .format.manifest import KIND_CAPTURED
 
     if catalog is not None:
         return len(catalog.find(fingerprint_id=fingerprint_id, kind=KIND_CAPTURED))

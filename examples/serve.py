@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     from cachekeeper.backends.base import ModelRef
     from cachekeeper.backends.build_main import load_component
     from cachekeeper.backends.inductor import build
-    from cachekeeper.spec import Shape
-    from cachekeeper.warmup import build_inputs
+    from cachekeeper.backends.warmup import build_inputs
+    from cachekeeper.format.spec import Shape
 
     t_import = time.perf_counter() - T_START
     mega_load_s = 0.0

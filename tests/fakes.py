@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildCommand, BuildJob
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 
 ENABLE = {"CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend"}
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ class FakeBackend(Backend):
 
 def served(dest: Path) -> Path:
     """The dir a hydrate into `dest` filled and named in the env: its current toolchain's own subdir
-    (cachekeeper/hydrate/destdir.py)."""
+    (cachekeeper/boot/destdir.py)."""
     import json
 
     return dest / json.loads((dest / ".cachekeeper" / "layout.json").read_text())["current"]

@@ -123,7 +123,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from cachekeeper.hydrate.request import host_toolchain, load_config
+from cachekeeper.boot.request import host_toolchain, load_config
 from cachekeeper.publish import publish
 from cachekeeper.stores import open_store
 

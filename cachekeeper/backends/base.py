@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..fingerprint import Fingerprint
-from ..spec import EntrySpec, ModelRef
+from ..format.fingerprint import Fingerprint
+from ..format.spec import EntrySpec, ModelRef
 
 CACHE_ROOT = "cache"  # the root the backend's env var points at; every backend has it
 

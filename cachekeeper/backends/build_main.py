@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendUnavailable, BuildFailed
-from ..spec import ModelRef
+from ..format.spec import ModelRef
 from .base import CACHE_ROOT, BuildJob
 
 if TYPE_CHECKING:
@@ -155,8 +155,8 @@ def component_and_inputs(job: BuildJob, device: str) -> tuple[Any, dict[str, Any
     """The component on CPU and its warm-up keyword arguments on `device`: captured from one pipeline call
     when the model is a pipeline (and `inputs` is auto), else from the family's input builder (a component
     shipped without its pipeline)."""
-    from ..pipeline_warmup import captured_component, has_pipeline, to_device
-    from ..warmup import build_inputs
+    from .pipeline_warmup import captured_component, has_pipeline, to_device
+    from .warmup import build_inputs
 
     ref = job.model
     if ref.inputs == "auto" and has_pipeline(ref):
@@ -227,7 +227,7 @@ def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...],
                  tensor_parallel: bool) -> Callable[[], Any]:
     """Load, shard, place and compile as the server does; returns the warm-up call: the whole pipeline
     (`warmup: pipeline`) or the component on its captured (or built) inputs."""
-    from ..pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
+    from .pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
 
     if warmup_kind(job.spec) == "pipeline":
         pipe = load_pipeline(job.model, torch_dtype(job.spec.dtype))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BuildFailed, DeviceCheckFailed
-from ..spec import EntrySpec, ModelRef, Shape
+from ..format.spec import EntrySpec, ModelRef, Shape
 from .base import CACHE_ROOT, Backend, BuildJob
 
 MODEL = "device-check"
@@ -106,7 +106,7 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
                      model: Path | None = None, serve_env: Mapping[str, str] | None = None,
                      timeout: float = 1800) -> DeviceCheck:
     """Prebuild, publish, hydrate, serve, and count (`DeviceCheck.failure()` says whether it passed)."""
-    from ..hydrate import hydrate
+    from ..boot.hydrate import hydrate
     from ..publish import publish
     from ..stores.file import FileStore
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from ..errors import BackendUnavailable, ConfigError
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
 from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 
 # Options that are not toolchain knobs: where/what, not how it compiles. `cores` / `chips`: how many

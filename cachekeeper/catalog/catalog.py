@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 
 from ..errors import ManifestError, UsageError
-from ..manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, Manifest
+from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, Manifest
 from ..stores.base import Store
 from . import db, queue, rebuild
 from .listing import where_manifests

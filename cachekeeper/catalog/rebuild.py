@@ -1,5 +1,5 @@
 """Which of a store's manifests the catalog can index, to rebuild the catalog from the store (the source
-of truth), from one inventory scan (`cachekeeper.inventory`).
+of truth), from one inventory scan (`cachekeeper.admin.inventory`).
 
 Objects that are not valid manifests are reported with their key and a reason, never raised: one bad
 object must not stop a rebuild. Store failures other than a vanished object do raise, because a
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..inventory import Inventory
-from ..inventory import scan as scan_store
-from ..manifest import Manifest
+from ..admin.inventory import Inventory
+from ..admin.inventory import scan as scan_store
+from ..format.manifest import Manifest
 from ..stores.base import Store
 from .models import KINDS
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from ..spec import EntrySpec
+from ..format.spec import EntrySpec
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,27 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class EntryCost:
+    """One entry built for a toolchain: what it is, how big, how long its build took (None: unrecorded)."""
+
+    key: str
+    label: str
+    size: int
+    seconds: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "entry": self.label, "size": self.size, "seconds": self.seconds}
+
+
+JobStatus = Literal["pending", "running", "done", "failed"]  # catalog/queue.py moves a job along these
+
+
+@dataclass(frozen=True)
 class JobRow:
     fingerprint_id: str
     entry_key: str
     payload: str
-    status: str
+    status: JobStatus
     worker: str | None
     lease_expires_at: datetime | None
     attempts: int

@@ -11,16 +11,17 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import ColumnElement, Connection, and_, case, func, select
 from sqlalchemy.orm import aliased
 
-from ..fingerprint import Fingerprint
-from ..inspection.diff import EntryCost
-from ..manifest import CAPTURED_PREFIX, KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
+from ..format.fingerprint import Fingerprint
+from ..format.layout import CAPTURED_DIR
+from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from .models import BuildJobModel, FingerprintModel, ManifestModel
 from .queue import aware, now
+from .rows import EntryCost
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -97,15 +98,18 @@ class MatrixFilter:
     model: str | None = None
     mode: str | None = None
     dtype: str | None = None
-    status: str | None = None        # built | missing | captured
+    status: str | None = None        # built | missing | captured (dashboard/params.STATUSES)
     page: int = 1
     per_page: int = 5                # models per page: each brings all its (component, mode, dtype) rows
+
+
+CellStatus = Literal["built", "captured", "missing", "partial"]
 
 
 @dataclass(frozen=True)
 class Cell:
     shape: str                # HxWxB
-    status: str               # built | captured | missing | partial
+    status: CellStatus
     entries: int              # distinct entries of this cell over every toolchain of the backend
     here: int                 # of those, built (or captured) for the chosen toolchain
     size: int
@@ -128,7 +132,7 @@ class Matrix:
     has_next: bool
 
 
-def _cell_status(entries: int, here: int, built: int, captured: int) -> str:
+def _cell_status(entries: int, here: int, built: int, captured: int) -> CellStatus:
     if here == 0:
         return "missing"
     if here < entries:
@@ -314,7 +318,7 @@ def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
     """Per toolchain: backend, manifests and captured sets, counted on the (fingerprint_id, name) index
     alone (captured sets are named captured/<hash>): no table scan on the first view."""
     backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
-    captured = func.count(case((M.name.startswith(CAPTURED_PREFIX, autoescape=True), 1)))
+    captured = func.count(case((M.name.startswith(CAPTURED_DIR, autoescape=True), 1)))
     counts = conn.execute(select(M.fingerprint_id, func.count(), captured).group_by(M.fingerprint_id)).all()
     found = {fp_id: (int(n), int(c)) for fp_id, n, c in counts}
     return [{"id": fp_id, "backend": backend, "manifests": found.get(fp_id, (0, 0))[0],

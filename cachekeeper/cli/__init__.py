@@ -66,8 +66,6 @@ def usage_message(exc: click.UsageError) -> str:
 def _register() -> None:
     """Attach every command. Each module imports only click at the top (heavy libraries inside its
     commands), so registering them all costs `cachekeeper hydrate` nothing it would notice."""
-    import contextlib
-
     from . import store_admin  # noqa: F401  (show, verify and gc attach themselves to `cli`)
     from .boot import env, hydrate, lock
     from .build import keygen, prebuild, validate
@@ -83,9 +81,9 @@ def _register() -> None:
                     ls_, stats, coverage, diff, explain, dashboard,   # inspection
                     db, catalog):                         # catalog upkeep
         cli.add_command(command)
-    with contextlib.suppress(ImportError):
-        from .doctor import doctor
-        cli.add_command(doctor)
+    from .doctor import doctor  # a broken module of our own must fail loudly, not drop its command
+
+    cli.add_command(doctor)
 
 
 def main() -> None:

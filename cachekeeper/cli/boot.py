@@ -3,22 +3,25 @@
 
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
-pins, dest) is resolved by `hydrate/request.py`, the same functions the Python API calls.
+pins, dest) is resolved by `boot/request.py`, the same functions the Python API calls.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import bounds
-from ..hydrate.durability import MODES as DURABILITY_MODES
-from ..hydrate.nodecache import LINK_MODES
-from ..hydrate.ready import FORMATS as ENV_FORMATS
+from ..boot.durability import MODES as DURABILITY_MODES
+from ..boot.nodecache import LINK_MODES
+from ..boot.ready import FORMATS as ENV_FORMATS
 from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
@@ -33,8 +36,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..hydrate import HydrateReport
-    from ..hydrate.request import HydrateRequest
+    from ..boot.hydrate import HydrateReport
+    from ..boot.request import HydrateRequest
 
 FORMATS = ENV_FORMATS
 
@@ -95,9 +98,9 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             durability: str | None, ready_after: str | None, env_file: str | None, env_format: str,
             as_json: bool) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..boot.request import NodeSettings, resolve_request, run_request
     from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
-    from ..hydrate.request import NodeSettings, resolve_request, run_request
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     if as_json and print_env:
@@ -114,9 +117,10 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         env_file=env_file, env_format=env_format)
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
-    report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
-                                  trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
-                                  capture_keys=capture_keys, progress=progress_line(), node=node)
+    with collector_paused():
+        report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
+                                      trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
+                                      capture_keys=capture_keys, progress=progress_line(), node=node)
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)
@@ -149,9 +153,24 @@ def _dir_option(param: str, flag: str, env: str, value: str | None) -> str | Non
     return value
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No cyclic GC while a hydrate fetches: the plan's objects are long-lived and the fetch makes no
+    cycles, yet each collection walked them all (a tenth of the hydrate's CPU); reference counting still
+    frees. Paused here, in the CLI's own process, never inside the library, which a serving process calls
+    through `cachekeeper.hydrate` while its other threads allocate."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def _report_json(report: HydrateReport) -> dict[str, object]:
     """The report and the fleet figures (`explanations` are added when something missed)."""
-    from ..fleet import hydrate_counts
+    from ..boot.fleet import hydrate_counts
 
     doc = report.to_dict()
     doc["counts"] = hydrate_counts(report.manifests, report.missing)
@@ -163,7 +182,7 @@ def _explanations(report: HydrateReport, req: HydrateRequest) -> list[dict[str, 
     something missed and the store answered (a dead store or a spent deadline is not asked again)."""
     if not report.missing or (report.incomplete and not report.nothing_built):
         return None
-    from ..hydrate.request import store_opener
+    from ..boot.request import store_opener
     from ..inspection.explain import explain_misses
 
     config, name = req.config, req.toolchain.name
@@ -196,8 +215,8 @@ def _warning(report: HydrateReport, explained: list[dict[str, Any]] | str | None
 def lock(config_path: str, backend: str | None, models: tuple[str, ...], device: str | None,
          pairs: tuple[str, ...], store_url: str | None, output: str) -> None:
     """Pin the exact manifests this host's toolchain would hydrate into a lockfile."""
+    from ..boot.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..errors import NothingToHydrate
-    from ..hydrate.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..presence import look_up
 
     config = required_config(config_path)
@@ -216,7 +235,7 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
 
 
 def render(exports: dict[str, str], fmt: str) -> str:
-    from ..hydrate.ready import render as render_env
+    from ..boot.ready import render as render_env
 
     return render_env(exports, fmt)
 
@@ -236,7 +255,7 @@ def env(config_path: str | None, backend: str | None, dest: str | None, device: 
     `hydrate --print-env` prints them for `eval`; this writes them as a file another process reads: a
     systemd `EnvironmentFile=` (`--format systemd`) or a file a container's shell sources (`--format shell`)."""
     from ..api import env as exports_for
-    from ..fsutil import atomic_write_bytes
+    from ..fs.atomic import atomic_write_bytes
 
     text = render(exports_for(config=config_path, backend=backend, dest=dest, device=device,
                               options=backend_pairs(pairs)), fmt)

@@ -71,7 +71,7 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
                          "a lease that expires before its renewal loses the entry to another worker")
     config = required_config(config_path)
     if sign_key:
-        from ..signing import SigningKey
+        from ..format.signing import SigningKey
         settings = RunSettings(**{**settings.__dict__, "signing_key": SigningKey.load(Path(sign_key))})
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(opened_store(store_url, config, create=True))
@@ -121,7 +121,7 @@ def keygen(output: str) -> None:
     import os
 
     from ..errors import DestinationError
-    from ..signing import SigningKey
+    from ..format.signing import SigningKey
 
     key = SigningKey.generate()
     try:

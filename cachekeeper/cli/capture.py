@@ -14,7 +14,7 @@ from .. import bounds
 from .options import catalog_option, json_option, load_config, number, open_catalog, say, store_option, toolchain
 
 if TYPE_CHECKING:
-    from ..capture import CaptureReport
+    from ..boot.capture import CaptureReport
 
 
 @click.command()
@@ -42,12 +42,12 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     """List the files the runtime added to a hydrated DEST since hydrate (those its state file does not
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
-    from ..capture import capture as run
-    from ..capture import never_hydrated, require_publish_allowed
+    from ..boot.capture import capture as run
+    from ..boot.capture import never_hydrated, require_publish_allowed
+    from ..boot.destdir import served_dir
+    from ..boot.request import store_on_demand
+    from ..boot.state import load_state
     from ..errors import UsageError
-    from ..hydrate.destdir import served_dir
-    from ..hydrate.request import store_on_demand
-    from ..hydrate.state import load_state
 
     if watch is not None and not publish:
         raise UsageError("--watch needs --publish")
@@ -63,7 +63,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     dest = str(served_dir(Path(dest), tc.fingerprint.id))
     signing_key = None
     if publish and sign_key:
-        from ..signing import SigningKey
+        from ..format.signing import SigningKey
         signing_key = SigningKey.load(Path(sign_key))
     # The same default catalog as prebuild's, so `ls --captured`, `stats` and `coverage` see what the next
     # hydrate pulls; an index that cannot be updated is a warning (the store already holds the set).

@@ -27,7 +27,7 @@ from .options import (
 
 if TYPE_CHECKING:
     from ..config import MatrixEntry
-    from ..fingerprint import Fingerprint
+    from ..format.fingerprint import Fingerprint
 
 
 # --- diff --------------------------------------------------------------------------------------------

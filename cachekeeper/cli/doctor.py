@@ -17,12 +17,8 @@ from ..errors import BackendUnavailable, CachekeeperError, UsageError
 
 
 def _backend_names() -> list[str]:
-    from ..backends import REGISTRY
+    from ..backends import registry  # built in, plus plugins from CACHEKEEPER_BACKENDS
 
-    try:
-        from ..backends import registry  # plugins from CACHEKEEPER_BACKENDS, where supported
-    except ImportError:
-        return sorted(REGISTRY)
     return sorted(registry())
 
 
@@ -139,7 +135,7 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
 def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool, device_check: bool, mode: str,
            model_dir: str | None, serve_env: tuple[str, ...]) -> None:
     """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
-    from ..hydrate.request import backend_options, load_config
+    from ..boot.request import backend_options, load_config
 
     names = list(backends) or _backend_names()
     config = load_config(config_path)   # once, not once per backend

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..hydrate import HydrateReport
-    from ..hydrate.fetch import FetchStats
+    from ..boot.fetch import FetchStats
+    from ..boot.hydrate import HydrateReport
 
 MiB = 1 << 20
 SHOW_AFTER = 1.0     # seconds: a fast hydrate prints no progress at all

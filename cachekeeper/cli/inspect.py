@@ -45,7 +45,7 @@ def ls_(backend: str | None, model: str | None, fingerprint_id: str | None, capt
         as_json: bool) -> None:
     """List cached entries (from the catalog). --json: one JSON object per line, streamed."""
     from ..catalog.listing import direct_lines
-    from ..manifest import KIND_CAPTURED, KIND_ENTRY
+    from ..format.manifest import KIND_CAPTURED, KIND_ENTRY
 
     kind = KIND_CAPTURED if captured else KIND_ENTRY
     if as_json or not captured:
@@ -80,7 +80,7 @@ def _ls_write(lines: Iterator[list[str]], as_json: bool) -> None:
 
 
 def _ls_captured(catalog: Catalog, fingerprint_id: str | None, backend: str | None, model: str | None) -> None:
-    from ..manifest import KIND_CAPTURED
+    from ..format.manifest import KIND_CAPTURED
 
     rows = catalog.find(fingerprint_id=fingerprint_id, backend=backend, model=model, kind=KIND_CAPTURED)
     for r in rows:
@@ -126,8 +126,8 @@ def stats(catalog_url: str | None, traffic: bool, store_url: str | None, since: 
 
 
 def _traffic(catalog: Catalog, store_url: str | None, since_s: float) -> dict[str, Any]:
+    from ..format.manifest import KIND_ENTRY
     from ..inspection.traffic import prebuilt_shapes, traffic
-    from ..manifest import KIND_ENTRY
 
     with opened_store(store_url, None) as store:
         return traffic(store, prebuilt_shapes(catalog.find(kind=KIND_ENTRY)), since_s)

@@ -24,7 +24,7 @@ def local_gc(dests: tuple[str, ...], node_cache: str | None, max_bytes: str | No
     if min_age < 0 or min_age != min_age or min_age == float("inf"):
         raise UsageError(f"--min-age must be a finite number of seconds from 0, got {min_age}")
     budget = parse_bytes(max_bytes, "--max-bytes")
-    from ..hydrate.destdir import served_dir
+    from ..boot.destdir import served_dir
 
     for dest in dests:   # the budget is the current toolchain's dir (older ones `gc --dest` reclaims whole)
         _gc_dest(served_dir(Path(dest).absolute()), budget, keep_lockfiles, min_age, execute, as_json)
@@ -34,11 +34,11 @@ def local_gc(dests: tuple[str, ...], node_cache: str | None, max_bytes: str | No
 
 def _gc_dest(dest: Path, budget: int, keep_lockfiles: tuple[str, ...], min_age: float, execute: bool,
              as_json: bool) -> None:
+    from ..boot import usage
+    from ..boot.resolve import read_lockfile
+    from ..boot.state import load_state, state_dir
     from ..errors import DestinationError
-    from ..fsutil import FileLock
-    from ..hydrate import usage
-    from ..hydrate.resolve import read_lockfile
-    from ..hydrate.state import load_state, state_dir
+    from ..fs.locks import FileLock
 
     keep = {p.name for f in keep_lockfiles for p in read_lockfile(Path(f))[2]}
     with FileLock(state_dir(dest) / "lock", timeout=0):
@@ -56,7 +56,7 @@ def _gc_dest(dest: Path, budget: int, keep_lockfiles: tuple[str, ...], min_age: 
 
 
 def _gc_node(root: Path, budget: int, execute: bool, as_json: bool) -> None:
-    from ..hydrate.nodecache import NodeCache, last_use_order
+    from ..boot.nodecache import NodeCache, last_use_order
 
     cache = NodeCache(root)
     held = cache.size()

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ..boot.request import HostToolchain, host_toolchain, load_config, pick_backend
 from ..bounds import Bound
-from ..hydrate.request import HostToolchain, host_toolchain, load_config, pick_backend
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

@@ -14,7 +14,7 @@ from . import cli
 from .options import catalog_option, forget_in_catalog, json_option, number, opened_store, say, store_option
 
 if TYPE_CHECKING:
-    from ..gc import GcPlan
+    from ..admin.gc import GcPlan
     from ..stores.base import Store
 
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="the manifest on one line (default: indented JSON)")
 def show(key: str, store_url: str | None, as_json: bool) -> None:
     """Print the manifest of an entry (KEY: entry key or prefix, or a manifest path in the store)."""
-    from ..manifest import Manifest
+    from ..format.manifest import Manifest
 
     with opened_store(store_url, None) as store:
         found = _manifest_at(store, key)
@@ -38,7 +38,8 @@ def show(key: str, store_url: str | None, as_json: bool) -> None:
 def _manifest_at(store: Store, key: str) -> str:
     """The one manifest key that `key` names: itself, or the manifest whose name starts with it."""
     from ..errors import UsageError
-    from ..layout import manifest_keys, matching, parse_manifest_key
+    from ..format.layout import matching, parse_manifest_key
+    from ..stores.manifests import manifest_keys
 
     exact = parse_manifest_key(key)
     if exact is not None:
@@ -58,9 +59,9 @@ def _manifest_at(store: Store, key: str) -> str:
 @json_option
 def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
-    from ..inventory import scan
-    from ..verify import repair as repair_store
-    from ..verify import verify_store
+    from ..admin.inventory import scan
+    from ..admin.verify import repair as repair_store
+    from ..admin.verify import verify_store
 
     with opened_store(store_url, None) as store:
         inventory = scan(store, debris=False)
@@ -114,8 +115,8 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
         if max_bytes is not None or node_cache:
             local_gc(dests, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
         return
-    from ..gc import plan_gc, run_gc
-    from ..inventory import scan
+    from ..admin.gc import plan_gc, run_gc
+    from ..admin.inventory import scan
 
     with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)
@@ -141,7 +142,7 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
 
 def _gc_dests(dests: list[Path], execute: bool, as_json: bool) -> None:
     """A dest's old toolchains (an image upgrade on a persistent disk): planned, or removed with --run."""
-    from ..hydrate.destdir import reclaim, reclaimable
+    from ..boot.destdir import reclaim, reclaimable
 
     total = count = 0
     for dest in dests:

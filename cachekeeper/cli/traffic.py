@@ -20,8 +20,8 @@ import click
 from .options import json_option, load_config, say, store_option, toolchain
 
 if TYPE_CHECKING:
+    from ..boot.reports import Report
     from ..config import Config
-    from ..reports import Report
 
 MAX_INTERVAL_S = 86_400.0
 MIN_INTERVAL_S = 1.0
@@ -74,9 +74,9 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
            dest: str | None, store_url: str | None, spool_path: str | None, every: str | None, as_json: bool) -> None:
     """Batch the calls `cachekeeper.runtime.watch(pipe)` recorded into one miss report under the store's
     reports/ prefix (the only thing a server-role identity may write)."""
-    from ..hydrate.request import store_on_demand
-    from ..hydrate.state import load_state
-    from ..watch import spool_dir
+    from ..boot.request import store_on_demand
+    from ..boot.state import load_state
+    from ..runtime.miss_watch import spool_dir
 
     interval = interval_seconds(every, "--watch") if every is not None else None
     config = load_config(config_path)
@@ -99,7 +99,7 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
 
 def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Callable[[], object],
                  as_json: bool) -> None:
-    from ..reports import build_report, claim, write_report
+    from ..boot.reports import build_report, claim, write_report
     from ..stores.base import Store
 
     taken = claim(spool)
@@ -137,10 +137,10 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
             store_url: str | None, apply_: bool, as_json: bool) -> None:
     """Shapes that serving hosts met but CONFIG does not prebuild, per toolchain, ranked by hosts that
     compiled them and compile time; --apply writes them into CONFIG for the next prebuild."""
+    from ..boot.reports import read_reports, since_stamp
     from ..config.editor import ConfigEdit
     from ..config.schema import parse_config
-    from ..reports import read_reports, since_stamp
-    from ..suggest import served_not_prebuilt
+    from ..inspection.suggest import served_not_prebuilt
     from .options import opened_store
 
     window = since_seconds(since)

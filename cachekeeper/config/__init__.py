@@ -13,7 +13,7 @@ stdlib): the hydrate boot path imports this package on hosts without torch. Refe
 
 from __future__ import annotations
 
-from .model import Config, MatrixEntry, ModelMatrix, PlannedEntry
+from .model import Config, MatrixEntry, ModelMatrix
 from .schema import (
     CONFIG_VERSION,
     DEFAULT_DTYPES,
@@ -27,5 +27,5 @@ from .schema import (
 
 __all__ = [
     "CONFIG_VERSION", "DEFAULT_DTYPES", "DEFAULT_MODES", "DTYPES", "INPUT_BUILDERS", "LATENT_MULTIPLE",
-    "Config", "MatrixEntry", "ModelMatrix", "PlannedEntry", "load_config", "parse_config",
+    "Config", "MatrixEntry", "ModelMatrix", "load_config", "parse_config",
 ]

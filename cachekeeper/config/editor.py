@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, UsageError
-from ..spec import Shape
+from ..format.spec import Shape
 from .model import Config
 from .schema import parse_config
 
@@ -64,7 +64,7 @@ class ConfigEdit:
 
     def write(self, text: str) -> None:
         """Replace the file, unless it changed since `read`."""
-        from ..fsutil import atomic_write_bytes
+        from ..fs.atomic import atomic_write_bytes
 
         try:
             now = hashlib.sha256(self.path.read_bytes()).hexdigest()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..backends import mode_key_options
 from ..errors import ConfigError
-from ..spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
+from ..format.spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,6 @@ class MatrixEntry:
 
 
 # The first name, kept for importers (plugins, scripts): nothing about an entry is planned.
-PlannedEntry = MatrixEntry
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,7 @@ class ModelMatrix:
 
     def warmup_for(self, mode: str) -> str:
         m = self.model
-        # `pipeline` is the first spelling of warmup=pipeline; the schema folds it in, code may still set it
-        return m.warmup or ("pipeline" if m.pipeline else default_warmup(mode))
+        return m.warmup or default_warmup(mode)
 
     def key_options(self, mode: str = "full") -> tuple[tuple[str, str], ...]:
         """The entry's graph-changing options, which go into its key (sorted, as EntrySpec wants).
@@ -97,10 +95,10 @@ class Config:
     hydrate_deadline: float | None = None         # seconds for a whole hydrate (the CLI's setting wins)
     hydrate_best_effort: bool = False
     capture: str = "report"                       # "publish": serving hosts may write captured sets
-    hydrate_node_cache: str | None = None         # the node-level blob cache dir (hydrate/nodecache.py)
+    hydrate_node_cache: str | None = None         # the node-level blob cache dir (boot/nodecache.py)
     hydrate_node_cache_max_bytes: int | None = None
     hydrate_max_bytes: int | None = None          # the dest's disk budget
-    hydrate_durability: str | None = None         # fsync | boot | both (hydrate/durability.py)
+    hydrate_durability: str | None = None         # fsync | boot | both (boot/durability.py)
     hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
 
     @property
@@ -120,7 +118,6 @@ class Config:
         return dict(self.backend_options.get(backend, {}))
 
     # The first name; "options" alone also means entry key options (EntrySpec.options) and CLI options.
-    options_for = backend_options_for
 
     def model_names(self) -> list[str]:
         return [m.model.name for m in self.models]

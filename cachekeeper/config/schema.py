@@ -19,7 +19,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 from ..backends import modes_for, registry
 from ..bounds import BUILD_TIMEOUT, DEADLINE, SIZE, WORKERS
 from ..errors import ConfigError, UsageError
-from ..spec import OFFLOADS, WARMUPS, ModelRef, Shape
+from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.url import local_path, parse_store_url
 from .model import Config, ModelMatrix
 from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
@@ -39,11 +39,11 @@ CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
                  "ready_after")
-_DURABILITY = ("fsync", "boot", "both")   # hydrate/durability.py (not imported: the config stays light)
+_DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
 MAX_BYTES = 1 << 60          # a byte budget above this is a typo, not a disk
 MAX_COUNT = 1_000_000        # entries: more than any matrix
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
-_MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "pipeline", "tensor_parallel",
+_MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
                "guidance", "warmup", "max_sequence_length", "offload", "priority", *_MATRIX_KEYS)
 # Backends whose runtimes cannot run a pipeline with CPU offload (their graphs live on the device).
 _NO_OFFLOAD = ("neuron", "neuron_xla")
@@ -327,6 +327,9 @@ class _Schema(NodeReader):
         name_node = fields["name"][1]
         name = self.matching(name_node, "model name", _NAME_RE, "a valid name (letters, digits, '.', '_', '-')")
         where = f"model {name!r}"
+        if "pipeline" in fields:  # the first release's spelling: named, so its reader learns the new one
+            raise self.error(fields["pipeline"][0], f"{where} sets 'pipeline', which this release no longer reads; "
+                                                    "write 'warmup: pipeline' instead")
         self.known_keys(fields, _MODEL_KEYS, where)
         ref = self.model_ref(node, fields, name, where)
         matrix = self.matrix(fields, f"{where} ").over(defaults)
@@ -343,15 +346,13 @@ class _Schema(NodeReader):
     def model_ref(self, node: Node, fields: Fields, name: str, where: str) -> ModelRef:
         """What the build loads and how it warms the model up (everything but the matrix)."""
         path, hub, revision = self.source_of(node, fields, where)
-        pipeline = self.boolean(fields["pipeline"][1], f"{where} pipeline") if "pipeline" in fields else False
-        warmup, max_len, offload = self.warmup_fields(fields, pipeline, where)
+        warmup, max_len, offload = self.warmup_fields(fields, where)
         return ModelRef(
             name=name,
             component=self.matching(fields["component"][1], f"{where} component", _COMPONENT_RE,
                                     "a pipeline attribute name") if "component" in fields else "transformer",
             path=path, hub=hub, revision=revision,
             inputs=self.inputs(fields["inputs"][1], where) if "inputs" in fields else "auto",
-            pipeline=pipeline,
             tensor_parallel=self.integer(fields["tensor_parallel"][1], f"{where} tensor_parallel")
             if "tensor_parallel" in fields else 1,
             guidance=self.boolean(fields["guidance"][1], f"{where} guidance") if "guidance" in fields else False,
@@ -374,17 +375,10 @@ class _Schema(NodeReader):
                                  "the weights")
         return None, hub, revision
 
-    def warmup_fields(self, fields: Fields, pipeline: bool, where: str) -> tuple[str, int, str]:
-        """(warmup, max_sequence_length, offload): how the build calls the pipeline; "" / 0 when unset.
-        `pipeline: true` is the first spelling of `warmup: pipeline`, folded in here so `warmup` is the one
-        setting the rest of cachekeeper reads."""
+    def warmup_fields(self, fields: Fields, where: str) -> tuple[str, int, str]:
+        """(warmup, max_sequence_length, offload): how the build calls the pipeline; "" / 0 when unset."""
         chosen = {key: self.choice(fields, key, allowed, where) for key, allowed in (("warmup", WARMUPS),
                                                                                      ("offload", OFFLOADS))}
-        if pipeline:
-            if chosen["warmup"] == "component":
-                raise self.error(fields["pipeline"][0], f"{where} sets 'pipeline: true' (the older spelling of "
-                                                        "'warmup: pipeline') and 'warmup: component'; keep 'warmup'")
-            chosen["warmup"] = "pipeline"
         max_len = self.integer(fields["max_sequence_length"][1], f"{where} max_sequence_length") \
             if "max_sequence_length" in fields else 0
         return chosen["warmup"], max_len, chosen["offload"]

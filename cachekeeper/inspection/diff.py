@@ -9,23 +9,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..catalog.rows import EntryCost
 from ..errors import UsageError
-from ..fingerprint import Fingerprint
+from ..format.fingerprint import Fingerprint
 
 ID_PREFIX = re.compile(r"[0-9a-f]{1,16}")
-
-
-@dataclass(frozen=True)
-class EntryCost:
-    """One entry built for a toolchain: what it is, how big, how long its build took (None: unrecorded)."""
-
-    key: str
-    label: str
-    size: int
-    seconds: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "entry": self.label, "size": self.size, "seconds": self.seconds}
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CachekeeperError, ManifestError, ObjectNotFound
-from ..fingerprint import Fingerprint
-from ..layout import manifest_key, manifest_keys
-from ..manifest import Manifest
+from ..format.fingerprint import Fingerprint
+from ..format.layout import manifest_key
+from ..format.manifest import Manifest
 from ..presence import plan_presence
 from ..stores.base import Store
+from ..stores.manifests import manifest_keys
 
 NEAREST = 3
 ABSENT = "∅"   # Fingerprint.diff's mark for a field one side lacks

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..reports import read_reports, since_stamp
-from ..spec import Shape
-from ..suggest import served_not_prebuilt
+from ..boot.reports import read_reports, since_stamp
+from ..format.spec import Shape
+from .suggest import served_not_prebuilt
 
 if TYPE_CHECKING:
     from ..catalog.rows import CatalogRow

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Generic, Protocol, TypeVar
+from typing import ClassVar, Generic, NoReturn, Protocol, TypeVar
 
-from ..errors import StoreNotFound
+from ..errors import ObjectNotFound, StoreNotFound
 from .url import StoreURL
 
 
@@ -50,3 +51,43 @@ class ClientSlot(Generic[C]):
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+class BucketPlumbing:
+    """What the bucket stores (s3://, gs://) share: their URL and prefix, and a 404's verdict, which needs
+    one look at the bucket (a bare 404 does not say whether the key or the bucket is missing)."""
+
+    def __init__(self, scheme: str, bucket: str, prefix: str) -> None:
+        self.prefix, self.url = bucket_location(scheme, bucket, prefix)
+        self.bucket_name = bucket
+        self._bucket_seen = False
+
+    _sdk_errors: ClassVar[tuple[type[BaseException], ...]] = ()   # what the store's SDK raises
+
+    @contextlib.contextmanager
+    def _errors(self, key: str | None = None) -> Iterator[None]:
+        """Translate the SDK's failures into cachekeeper errors naming the URL (`_raise`)."""
+        try:
+            yield
+        except self._sdk_errors as exc:
+            self._raise(exc, key)
+
+    def _raise(self, exc: BaseException, key: str | None = None) -> NoReturn:
+        raise NotImplementedError
+
+    def _bucket_exists(self) -> bool:
+        """Asked once per store and remembered (`_bucket_seen`)."""
+        raise NotImplementedError
+
+    def _where(self, key: str | None) -> str:
+        return f"{self.url}/{key}" if key else self.url
+
+    def _not_found(self) -> StoreNotFound:
+        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})", url=self.url)
+
+    def _missing(self, key: str) -> NoReturn:
+        with self._errors(key):
+            exists = self._bucket_exists()
+        if not exists:
+            raise self._not_found()
+        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)

@@ -12,11 +12,11 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 from ..errors import UnsafePath
-from ..fsutil import safe_relpath
-from ..layout import MANIFESTS
+from ..format.layout import MANIFESTS
+from ..fs.paths import safe_relpath
 
 if TYPE_CHECKING:
     from .reader import Body
@@ -35,7 +35,7 @@ class Debris:
     store) or an unfinished multipart upload (S3, billed until aborted). GC removes it after its grace."""
 
     key: str
-    kind: str         # "temp" | "multipart"
+    kind: Literal["temp", "multipart"]
     mtime: float      # when it was started
     size: int = 0
     upload_id: str = ""
@@ -123,6 +123,9 @@ class Store(abc.ABC):
     # What killed publishers leave behind (GC). Stores whose writes leave nothing keep the defaults.
 
     debris_note: str = ""   # what the store cleans up by itself, for `gc` to say
+    # what a writing host (a capturing server) must be granted, in the store's own terms
+    write_permission: str = ("give this host's user write access to the store directory (blobs/, signatures/, "
+                             "manifests/)")
 
     def list_debris(self) -> Iterator[Debris]:
         """Temp objects and unfinished uploads under this store's prefix, in no promised order."""

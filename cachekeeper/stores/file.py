@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import ObjectNotFound, StoreError, StoreNotFound
-from ..fsutil import CHUNK, atomic_writer
-from ..layout import TEMP_SUFFIX
+from ..format.layout import TEMP_SUFFIX
+from ..fs.atomic import atomic_writer
+from ..fs.paths import CHUNK
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
 

@@ -8,28 +8,27 @@ single-request uploads only; see put_file).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
-import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import BinaryIO, NoReturn, cast
+from typing import BinaryIO, ClassVar, NoReturn, cast
 
+import google.auth
 import requests
 import urllib3.exceptions
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import Retry
 from google.auth import exceptions as auth_exceptions
-from google.auth.credentials import AnonymousCredentials
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exceptions
-from google.cloud.storage.retry import _should_retry
 
-from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable
-from ._util import ClientSlot, bucket_location
+from ..errors import StoreAuthError, StoreError, StoreUnreachable
+from ._util import ClientSlot
 from .base import ObjectInfo, Store, check_key
-from .reader import Body
+from .ranged import RangedReads, Response, Send, nothing_listens
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
@@ -43,30 +42,16 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and what it wraps (requests -> urllib3 -> socket), a bounded walk."""
-    seen: list[BaseException] = []
-    todo: list[BaseException] = [exc]
-    while todo and len(seen) < 16:
-        e = todo.pop()
-        if any(e is s for s in seen):
-            continue
-        seen.append(e)
-        yield e
-        for nxt in (e.__cause__, e.__context__, getattr(e, "reason", None), *e.args):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
-
-
-def _nothing_listens(exc: BaseException) -> bool:
-    """Refused connections and unknown hosts will not heal within a retry budget: fail at once."""
-    return any(isinstance(e, ConnectionRefusedError | socket.gaierror | urllib3.exceptions.NameResolutionError)
-               for e in _causes(exc))
+# The library's own notion of transient (429/5xx, resets, timeouts; google.cloud.storage.retry), minus
+# the hopeless cases; spelled out here because its predicate is private.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    api_exceptions.TooManyRequests, api_exceptions.InternalServerError, api_exceptions.BadGateway,
+    api_exceptions.ServiceUnavailable, api_exceptions.GatewayTimeout, *_NETWORK_ERRORS,
+)
 
 
 def _retryable(exc: BaseException) -> bool:
-    # The library's own predicate (429/5xx, resets, timeouts), minus the hopeless cases.
-    return bool(_should_retry(exc)) and not _nothing_listens(exc)
+    return isinstance(exc, _TRANSIENT) and not nothing_listens(exc)
 
 
 # The library's default retries for two minutes; a cache that cannot answer in ~20 s should degrade
@@ -85,33 +70,55 @@ class _CountingWriter:
         return len(data)
 
 
-class GCSStore(Store):
+class _Clients:
+    """The SDK's client and the authorized session it sends through, which the boot path's ranged reads
+    use too. The session is handed to the client as its documented `_http` argument (google-cloud-storage
+    2.14-3.x, pinned in pyproject; tests/stores/test_gcs_store.py checks the seam)."""
+
+    def __init__(self, client: storage.Client, session: AuthorizedSession) -> None:
+        self.client, self.session = client, session
+
+    @staticmethod
+    def make() -> _Clients:
+        project = os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            credentials: Credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+            project = project or "test"
+        else:
+            credentials, found = google.auth.default(scopes=storage.Client.SCOPE)  # type: ignore[no-untyped-call]
+            project = project or found
+        session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+        # requests pools 10 connections per host by default; hydrate fetches with up to 32 threads.
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        return _Clients(storage.Client(project=project, credentials=credentials, _http=session), session)
+
+    def close(self) -> None:
+        self.client.close()
+        self.session.close()  # type: ignore[no-untyped-call]
+
+
+class GCSStore(RangedReads, Store):
+    service = "GCS"
+    # google/requests failures, translated by _raise
+    _sdk_errors = (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, storage_exceptions.InvalidResponse,
+                   storage_exceptions.DataCorruption, *_NETWORK_ERRORS)
+    get_headers: ClassVar[Mapping[str, str]] = {"Accept-Encoding": "identity"}  # bytes as stored, as digested
     simple_upload_max = SIMPLE_UPLOAD_MAX
     chunk_size = CHUNK_SIZE
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        self.prefix, self.url = bucket_location("gs", bucket, prefix)
-        self.bucket_name = bucket
-        self._client_slot: ClientSlot[storage.Client] = ClientSlot()
-        self._bucket_seen = False
+        super().__init__("gs", bucket, prefix)
+        self._client_slot: ClientSlot[_Clients] = ClientSlot()
 
     # --- plumbing --------------------------------------------------------------------------------
 
     def _client(self) -> storage.Client:
-        return self._client_slot.get(self._make_client, self._errors)
+        return self._client_slot.get(_Clients.make, self._errors).client
 
-    @staticmethod
-    def _make_client() -> storage.Client:
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
-            project = os.environ.get("GOOGLE_CLOUD_PROJECT") or "test"
-            client = storage.Client(credentials=AnonymousCredentials(), project=project)  # type: ignore[no-untyped-call]
-        else:
-            client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
-        # requests pools 10 connections per host by default; hydrate fetches with up to 32 threads.
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
-        client._http.mount("https://", adapter)
-        client._http.mount("http://", adapter)
-        return client
+    def _session(self) -> AuthorizedSession:
+        return self._client_slot.get(_Clients.make, self._errors).session
 
     def _bucket(self) -> storage.Bucket:
         return self._client().bucket(self.bucket_name)
@@ -121,13 +128,7 @@ class GCSStore(Store):
         name = f"{self.prefix}/{key}" if self.prefix else key
         return self._bucket().blob(name)
 
-    def _where(self, key: str | None) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
-    def _not_found(self) -> StoreNotFound:
-        return StoreNotFound(f"bucket {self.bucket_name!r} does not exist ({self.url})", url=self.url)
-
-    def _raise(self, exc: BaseException, key: str | None) -> NoReturn:
+    def _raise(self, exc: BaseException, key: str | None = None) -> NoReturn:
         where = self._where(key)
         subject = {"key": key, "url": self.url}
         if isinstance(exc, api_exceptions.RetryError) and exc.cause is not None:
@@ -143,15 +144,6 @@ class GCSStore(Store):
         if isinstance(exc, api_exceptions.GoogleAPICallError):  # its `.message` is Google's text, shown as is
             raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0], **subject) from None
         raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
-
-    @contextlib.contextmanager
-    def _errors(self, key: str | None = None) -> Iterator[None]:
-        """Translate google/requests failures into cachekeeper errors naming the URL."""
-        try:
-            yield
-        except (api_exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, storage_exceptions.InvalidResponse,
-                storage_exceptions.DataCorruption, *_NETWORK_ERRORS) as exc:
-            self._raise(exc, key)
 
     def _bucket_exists(self) -> bool:
         """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember.
@@ -172,11 +164,6 @@ class GCSStore(Store):
                 pass  # the object request already got past auth, so the bucket is there
         self._bucket_seen = True
         return True
-
-    def _missing(self, key: str) -> NoReturn:
-        if not self._bucket_exists():
-            raise self._not_found()
-        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     # --- Store API -------------------------------------------------------------------------------
 
@@ -248,10 +235,21 @@ class GCSStore(Store):
                 self._missing(key)
         return writer.count
 
-    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
-                   connect_timeout: float) -> Body:
-        from .gcs_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
-        return open_range(self, key, start, end, read_timeout, connect_timeout)
+    def media_url(self, key: str) -> str:
+        """The JSON API's media download URL of `key`, from public parts: the client's endpoint and the
+        blob's path (what the library's own downloads request)."""
+        return f"{self._client().api_endpoint}/download/storage/v1{self._blob(key).path}?alt=media"
+
+    def _sign(self, key: str) -> tuple[str, Send]:
+        """The media URL, sent through the store's authorized session."""
+        url, session = self.media_url(key), self._session()
+
+        def send(url: str, headers: dict[str, str], connect_timeout: float, read_timeout: float) -> Response:
+            resp = session.get(url, headers=headers, stream=True, timeout=(connect_timeout, read_timeout))
+            raw: Response = resp.raw  # a urllib3 response, body unread: RangeBody streams it
+            return raw
+
+        return url, send
 
     def size(self, key: str) -> int | None:
         blob = self._blob(key)
@@ -295,6 +293,8 @@ class GCSStore(Store):
 
     # Uploads create no object until they finish: a killed publisher leaves only a resumable-upload
     # session, which cannot be listed and which GCS expires by itself one week after it was started.
+    write_permission = ("grant storage.objects.create (and storage.objects.get/list) on the bucket to this host's "
+                        "account")
     debris_note = "gs: interrupted resumable uploads leave no object; GCS expires their sessions after 7 days"
 
     def check(self) -> None:

@@ -15,9 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import HydrateIncomplete, IntegrityError, StoreError, StoreRetryable
+
+if TYPE_CHECKING:  # base.py names Body from here: a runtime import either way would be a cycle
+    from .base import Store
 
 T = TypeVar("T")
 READ_CHUNK = 1 << 20   # bytes a reader holds at once: the unit of "bytes in flight"
@@ -139,16 +142,13 @@ def parse_content_range(value: str | None) -> int | None:
     return int(total) if total.isdigit() else None
 
 
-def read_into(store: object, key: str, sink: Callable[[bytes], None], *, start: int = 0,
+def read_into(store: Store, key: str, sink: Callable[[bytes], None], *, start: int = 0,
               length: int | None = None, total: int | None = None, limit: int | None = None,
               deadline: Deadline | None = None, policy: RetryPolicy | None = None,
               counter: Counter | None = None) -> int:
     """Stream bytes [start, start+length) of `key` into `sink` (the whole object when length is None),
     resuming after failures from the last byte received. `total`: the object's size as declared (refused
     before reading if the store says otherwise); `limit`: the most bytes an unsized read may return."""
-    from .base import Store
-
-    assert isinstance(store, Store)
     deadline = deadline or Deadline()
     policy = policy or default_policy()
     where = f"{store.url}/{key}"
@@ -201,7 +201,7 @@ def _check_total(where: str, said: int | None, declared: int | None, limit: int 
         raise IntegrityError(f"{where} is {said} bytes, more than the {limit} allowed here")
 
 
-def read_bytes(store: object, key: str, *, limit: int, deadline: Deadline | None = None,
+def read_bytes(store: Store, key: str, *, limit: int, deadline: Deadline | None = None,
                policy: RetryPolicy | None = None, counter: Counter | None = None) -> bytes:
     """A small whole object (a manifest, a signature), bounded by `limit` bytes."""
     parts: list[bytes] = []

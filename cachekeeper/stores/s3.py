@@ -31,11 +31,11 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from ..errors import ObjectNotFound, StoreAuthError, StoreError, StoreNotFound, StoreUnreachable, StoreWriteDenied
-from ..fsutil import CHUNK
-from ._util import ClientSlot, bucket_location
+from ..errors import StoreAuthError, StoreError, StoreUnreachable, StoreWriteDenied
+from ..fs.paths import CHUNK
+from ._util import ClientSlot
 from .base import Debris, ObjectInfo, Store, check_key
-from .reader import Body
+from .ranged import RangedReads, Send
 
 DEFAULT_REGION = "us-east-1"
 
@@ -119,7 +119,9 @@ def _client_config() -> Config:
     )
 
 
-class S3Store(Store):
+class S3Store(RangedReads, Store):
+    service = "S3"
+    _sdk_errors = (BotoCoreError, ClientError)
     # put_file sends one streamed PutObject up to this size: its IfNoneMatch is atomic everywhere we
     # tested. Above it, a parallel multipart upload with IfNoneMatch on CompleteMultipartUpload: atomic
     # on AWS, but SeaweedFS 4.48 lets two racing completes both succeed (last one's bytes stay).
@@ -129,10 +131,9 @@ class S3Store(Store):
     max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
 
     def __init__(self, bucket: str, prefix: str) -> None:
-        self.prefix, self.url = bucket_location("s3", bucket, prefix)
+        super().__init__("s3", bucket, prefix)
         self.bucket = bucket
         self._client_slot: ClientSlot[Any] = ClientSlot()
-        self._bucket_seen = False
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -144,10 +145,7 @@ class S3Store(Store):
         check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    def _where(self, key: str | None) -> str:
-        return f"{self.url}/{key}" if key else self.url
-
-    def _raise(self, exc: Exception, key: str | None = None) -> NoReturn:
+    def _raise(self, exc: BaseException, key: str | None = None) -> NoReturn:
         where = self._where(key)
         subject = {"key": key, "url": self.url}
         if isinstance(exc, _CREDENTIAL_ERRORS):
@@ -163,17 +161,6 @@ class S3Store(Store):
             raise StoreError(f"{where}: S3 error {code or status}", **subject) from None
         raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
 
-    def _not_found(self) -> StoreNotFound:
-        return StoreNotFound(f"bucket {self.bucket!r} does not exist ({self.url})", url=self.url)
-
-    @contextlib.contextmanager
-    def _errors(self, key: str | None = None) -> Iterator[None]:
-        """Translate botocore failures into cachekeeper errors naming the URL."""
-        try:
-            yield
-        except (BotoCoreError, ClientError) as exc:
-            self._raise(exc, key)
-
     def _bucket_exists(self) -> bool:
         """A bare 404 does not say whether the key or the bucket is missing; ask once and remember."""
         if self._bucket_seen:
@@ -188,13 +175,6 @@ class S3Store(Store):
             # No ListBucket permission: the object request already got past auth, so the bucket is there.
         self._bucket_seen = True
         return True
-
-    def _missing(self, key: str) -> NoReturn:
-        with self._errors(key):
-            exists = self._bucket_exists()
-        if not exists:
-            raise self._not_found()
-        raise ObjectNotFound(f"{self._where(key)} not found", key=key, url=self.url)
 
     def _head(self, key: str) -> int | None:
         k = self._key(key)
@@ -336,10 +316,13 @@ class S3Store(Store):
                 n += len(chunk)
         return n
 
-    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
-                   connect_timeout: float) -> Body:
-        from .s3_read import open_range  # the boot path's reads: streamed, ranged, timed by the deadline
-        return open_range(self, key, start, end, read_timeout, connect_timeout)
+    def _sign(self, key: str) -> tuple[str, Send]:
+        """Presigned here (local: SigV4 with the client's credentials), sent over s3_read's pool."""
+        from . import s3_read
+
+        url = self._client().generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)}, ExpiresIn=s3_read.PRESIGN_SECONDS)
+        return url, s3_read.send
 
     def size(self, key: str) -> int | None:
         n = self._head(key)
@@ -368,6 +351,8 @@ class S3Store(Store):
 
     # PutObject is atomic (no temp object); a publisher killed inside a multipart upload leaves its
     # parts invisible to listings and billed until the upload is aborted.
+    write_permission = ("grant s3:PutObject (and s3:GetObject, s3:ListBucket) on the bucket's blobs/, signatures/ "
+                        "and manifests/<fingerprint>/captured/ keys to this host's role")
     debris_note = "s3: unfinished multipart uploads are aborted (a bucket lifecycle rule can do it too)"
 
     def list_debris(self) -> Iterator[Debris]:

@@ -42,7 +42,7 @@ from ..backends import get_backend, modes_for
 from ..backends.base import CACHE_ROOT, Backend, BuildJob
 from ..backends.toolchain import dist_version, pin_option
 from ..errors import BackendUnavailable
-from ..spec import EntrySpec, ModelRef, Shape
+from ..format.spec import EntrySpec, ModelRef, Shape
 
 __all__ = ["BackendConformance", "BuildParts"]
 

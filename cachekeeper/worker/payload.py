@@ -12,9 +12,10 @@ from typing import Any
 from ..backends.base import ModelRef
 from ..config import MatrixEntry
 from ..errors import QueuePayloadError
-from ..spec import EntrySpec
+from ..format.spec import EntrySpec
 
-PAYLOAD_VERSION = 2   # 1: the unversioned {"spec", "model"} of the first release
+# 1: the unversioned {"spec", "model"} of the first release; 2: ModelRef carried `pipeline` (now `warmup`)
+PAYLOAD_VERSION = 3
 
 
 def encode(entry: MatrixEntry) -> str:

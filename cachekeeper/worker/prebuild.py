@@ -12,7 +12,6 @@ What is built already is `presence.py`'s answer: an entry the catalog indexes co
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import socket
@@ -22,19 +21,18 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from ..backends.base import Backend, BuildJob
+from ..backends.base import BuildJob
+from ..boot.request import HostToolchain, host_toolchain
 from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
-from ..fingerprint import Fingerprint
-from ..hydrate.request import host_toolchain
-from ..layout import manifest_key, manifest_keys
-from ..manifest import Manifest
+from ..format.layout import manifest_key
+from ..format.manifest import Manifest
 from ..presence import look_up
 from ..publish import publish
-from ..spec import EntrySpec
 from ..stores.base import Store
+from ..stores.manifests import manifest_keys
 from . import payload
 from .devices import slot_envs
 from .lease import Backoff, Heartbeat, LeaseSettings
@@ -44,9 +42,13 @@ from .workdirs import sweep_stale, workdir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog, Claim
-    from ..signing import SigningKey
+    from ..format.signing import SigningKey
 
 WAIT_POLL_S = 2.0
+
+
+# "held": a live worker is building it; "refused": a pin or input this host cannot meet
+OutcomeStatus = Literal["built", "present", "failed", "held", "refused"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Outcome:
     label: str
     key: str
     fingerprint_id: str
-    status: str                 # "built" | "present" | "failed" | "held" (by a live worker) | "refused"
+    status: OutcomeStatus
     seconds: float = 0.0
     detail: str = ""            # failure reason and log tail, the manifest digest, or who holds it
     holder: str = ""            # the worker holding a "held" entry
@@ -86,13 +88,6 @@ class PrebuildReport:
 
 
 @dataclass(frozen=True)
-class Toolchain:
-    backend: Backend
-    fingerprint: Fingerprint
-    options: dict[str, str]
-
-
-@dataclass(frozen=True)
 class RunSettings:
     """How this worker runs, beyond what the config says."""
 
@@ -107,31 +102,21 @@ class RunSettings:
     wait_poll_s: float = WAIT_POLL_S
 
 
-def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, Toolchain]:
-    """This host's fingerprint for each backend the plan uses (resolved as hydrate resolves it); an
+def toolchains(config: Config, entries: list[MatrixEntry]) -> dict[str, HostToolchain]:
+    """This host's toolchain for each backend the plan uses (resolved as hydrate resolves it); an
     unusable backend stops the run."""
-    out: dict[str, Toolchain] = {}
-    for name in sorted({e.spec.backend for e in entries}):
-        tc = host_toolchain(config, name)
-        out[name] = Toolchain(tc.backend, tc.fingerprint, tc.options)
-    return out
+    return {name: host_toolchain(config, name) for name in sorted({e.spec.backend for e in entries})}
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def key_of(spec: EntrySpec) -> str:
-    """`spec.key` once per spec: it is a digest of the canonical spec, and a 10k-entry plan asks often."""
-    return spec.key
-
-
-def _outcome(entry: MatrixEntry, tc: Toolchain, status: str, seconds: float = 0.0, detail: str = "",
+def _outcome(entry: MatrixEntry, tc: HostToolchain, status: OutcomeStatus, seconds: float = 0.0, detail: str = "",
              holder: str = "") -> Outcome:
-    return Outcome(entry.spec.label(), key_of(entry.spec), tc.fingerprint.id, status, seconds, detail, holder)
+    return Outcome(entry.spec.label(), entry.spec.key, tc.fingerprint.id, status, seconds, detail, holder)
 
 
 # --- what is built already ---------------------------------------------------------------------------
 
 
-def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: Store, catalog: Catalog | None,
+def split_built(entries: list[MatrixEntry], tcs: dict[str, HostToolchain], store: Store, catalog: Catalog | None,
                 *, verify_store: bool = False) -> tuple[list[MatrixEntry], list[Outcome]]:
     """(entries to build, "present" outcomes). With a catalog and no `verify_store`: no store request.
     When the store was asked too, the index is repaired to match it (the bucket is the source of truth)."""
@@ -141,7 +126,7 @@ def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: St
     for e in entries:
         by_fp.setdefault(tcs[e.spec.backend].fingerprint.id, []).append(e)
     for fp_id, group in by_fp.items():
-        presence = look_up(fp_id, [key_of(e.spec) for e in group], catalog=catalog, store=store,
+        presence = look_up(fp_id, [e.spec.key for e in group], catalog=catalog, store=store,
                            verify_store=verify_store)
         if catalog is not None:
             for key in presence.unindexed:     # in the store, not yet in the index
@@ -149,7 +134,7 @@ def split_built(entries: list[MatrixEntry], tcs: dict[str, Toolchain], store: St
             for digest in presence.stale.values():   # an index row whose manifest is gone (gc, repair): rebuild it
                 catalog.forget(digest)
         for e in group:
-            if presence.is_built(key_of(e.spec)):
+            if presence.is_built(e.spec.key):
                 present.append(_outcome(e, tcs[e.spec.backend], "present"))
             else:
                 todo.append(e)
@@ -160,7 +145,7 @@ def _index(store: Store, catalog: Catalog, key: str) -> None:
     catalog.record(Manifest.from_bytes(store.get_bytes(key), source=key), store_url=store.url)
 
 
-def published_since(entry: MatrixEntry, tc: Toolchain, store: Store, catalog: Catalog | None) -> bool:
+def published_since(entry: MatrixEntry, tc: HostToolchain, store: Store, catalog: Catalog | None) -> bool:
     """One HEAD before compiling a claimed entry: another worker (another config) may have published it."""
     key = manifest_key(tc.fingerprint.id, entry.spec.key)
     if not store.exists(key):
@@ -173,17 +158,17 @@ def published_since(entry: MatrixEntry, tc: Toolchain, store: Store, catalog: Ca
 # --- shards ------------------------------------------------------------------------------------------
 
 
-def shard_entries(entries: list[MatrixEntry], tcs: dict[str, Toolchain], shard: Shard, store: Store,
+def shard_entries(entries: list[MatrixEntry], tcs: dict[str, HostToolchain], shard: Shard, store: Store,
                   catalog: Catalog | None) -> list[MatrixEntry]:
     """This shard's part of the whole planned matrix (see shard.py for why it is the whole matrix)."""
     ours = {tc.fingerprint.id for tc in tcs.values()}
-    keys = [key_of(e.spec) for e in entries]
+    keys = [e.spec.key for e in entries]
     if catalog is not None:
         costs = catalog.build_costs(keys, exclude_fingerprints=ours)
     else:
         costs = store_costs(store, set(keys), ours)
     mine = set(split(keys, shard.count, costs)[shard.index])
-    return [e for e in entries if key_of(e.spec) in mine]
+    return [e for e in entries if e.spec.key in mine]
 
 
 def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) -> dict[str, float]:
@@ -207,7 +192,7 @@ def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) ->
 # --- one build ---------------------------------------------------------------------------------------
 
 
-def build_entry(entry: MatrixEntry, tc: Toolchain, store: Store, *, catalog: Catalog | None, timeout: float,
+def build_entry(entry: MatrixEntry, tc: HostToolchain, store: Store, *, catalog: Catalog | None, timeout: float,
                 workdir_root: Path | None = None, env: dict[str, str] | None = None,
                 stop: threading.Event | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
     """Compile and publish one entry; None if `stop` was set (the lease was lost) before it published."""
@@ -241,7 +226,7 @@ def build_entry(entry: MatrixEntry, tc: Toolchain, store: Store, *, catalog: Cat
 class _Run:
     """State shared by this worker's build slots."""
 
-    def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, Toolchain],
+    def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, HostToolchain],
                  settings: RunSettings, progress: Callable[[Outcome], None] | None, report: PrebuildReport) -> None:
         self.config, self.store, self.catalog, self.tcs, self.settings = config, store, catalog, tcs, settings
         self.progress, self.report = progress, report
@@ -257,7 +242,7 @@ class _Run:
         if self.progress is not None:
             self.progress(o)
 
-    def build(self, entry: MatrixEntry, tc: Toolchain, env: dict[str, str],
+    def build(self, entry: MatrixEntry, tc: HostToolchain, env: dict[str, str],
               stop: threading.Event | None = None) -> Outcome | None:
         return build_entry(entry, tc, self.store, catalog=self.catalog, timeout=self.config.build_timeout,
                            workdir_root=self.settings.workdir_root, env=env, stop=stop,
@@ -339,14 +324,14 @@ class _Run:
         claimable = 0
         now = dt.datetime.now(dt.UTC)
         for fp_id, tc in self.by_fp.items():
-            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, key_of(e.spec)) not in reported]
+            group = [e for e in wanted if tc.fingerprint.id == fp_id and (fp_id, e.spec.key) not in reported]
             if not group:
                 continue
-            states = self.catalog.job_states(fp_id, [key_of(e.spec) for e in group])
+            states = self.catalog.job_states(fp_id, [e.spec.key for e in group])
             for e in group:
-                job = states.get(key_of(e.spec))
+                job = states.get(e.spec.key)
                 if job is None or job.status == "pending":
-                    claimable += key_of(e.spec) not in self.refused
+                    claimable += e.spec.key not in self.refused
                 elif job.status == "done":
                     out.append(_outcome(e, tc, "present", detail=f"built by {job.worker}"))
                 elif job.status == "failed":
@@ -379,7 +364,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     settings = settings or RunSettings()
     entries = config.entries(backends, models)
     if only:
-        entries = [e for e in entries if key_of(e.spec) in only or key_of(e.spec)[:12] in only]
+        entries = [e for e in entries if e.spec.key in only or e.spec.key[:12] in only]
     config.require_model_paths(models)
     tcs = toolchains(config, entries)
     workers = settings.workers if settings.workers is not None else config.build_workers
@@ -396,7 +381,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     if catalog is None:
         run.walk(todo, envs, workers)
         return report
-    run.plan = {(tcs[e.spec.backend].fingerprint.id, key_of(e.spec)): e for e in todo}
+    run.plan = {(tcs[e.spec.backend].fingerprint.id, e.spec.key): e for e in todo}
     catalog.enqueue((fp, key, payload.encode(e)) for (fp, key), e in run.plan.items())
     catalog.requeue(run.plan)
     backoff = Backoff(settings.wait_poll_s)

@@ -17,9 +17,9 @@ import torch
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.backends.build_main import load_component
 from cachekeeper.backends.inductor.aot import max_abs_diff
+from cachekeeper.backends.warmup import build_inputs
+from cachekeeper.format.spec import Shape
 from cachekeeper.runtime import compile_component
-from cachekeeper.spec import Shape
-from cachekeeper.warmup import build_inputs
 
 
 def main(model_dir: str, scenarios: list[str]) -> None:

@@ -17,7 +17,7 @@ from cachekeeper.backends.inductor import InductorBackend
 from cachekeeper.backends.neuron import NeuronBackend
 from cachekeeper.backends.neuron_xla import NeuronXlaBackend
 from cachekeeper.backends.tpu import TPUBackend
-from cachekeeper.spec import EntrySpec, ModelRef, Shape
+from cachekeeper.format.spec import EntrySpec, ModelRef, Shape
 from cachekeeper.testing.backends import BackendConformance, BuildParts
 from tests.simulated import DEFAULT_VERSIONS, REPO
 from tests.simulated.harness import WARMUP_OPTIONS, clear_device_env, entry, install, make_tiny_flux

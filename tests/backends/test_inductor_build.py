@@ -19,7 +19,7 @@ import pytest
 
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.inductor import InductorBackend
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")

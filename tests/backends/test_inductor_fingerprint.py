@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from cachekeeper.backends.inductor import InductorBackend, probes
 from cachekeeper.backends.inductor import backend as inductor_backend
 from cachekeeper.backends.toolchain import dist_version
 from cachekeeper.errors import BackendUnavailable
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 CPU = {"device": "cpu"}
 
@@ -250,3 +251,59 @@ def test_build_command_points_inductor_at_the_roots(tmp_path: Path) -> None:
     assert cmd.env["TORCHINDUCTOR_CACHE_DIR"] == roots["cache"]
     assert probes.default_pch_dir(cmd.env["TMPDIR"]) == Path(roots["pch"])
     assert cmd.env["TORCHINDUCTOR_FX_GRAPH_CACHE"] == cmd.env["TORCHINDUCTOR_AUTOGRAD_CACHE"] == "1"
+
+
+# --- the same choice, asked of torch itself ----------------------------------------------------------
+
+CAPABILITIES = [None, "default", "avx2", "avx512", "vsx"]  # vsx: not this host's, so the fallback
+_TORCH_PICKS = """
+import json, platform, sys
+from torch._inductor import cpu_vec_isa
+
+def name(isa):  # VecAVX512VNNI is "avx512 avx512_vnni": the flags it needs, the last its own
+    return str(isa).split()[-1] if isa else "default"
+
+def extensions(isa):
+    flags = isa.build_arch_flags().split() if isa else []
+    return [ext for ext, flag in (("avx512_bf16", "-mavx512bf16"), ("amx_fp16", "-mamx-fp16")) if flag in flags]
+
+valid = cpu_vec_isa.valid_vec_isa_list()
+picks = {}
+for cap in json.loads(sys.argv[1]):
+    isa = cpu_vec_isa.get_isa_from_cpu_capability(cap, valid, cpu_vec_isa.invalid_vec_isa) if valid else None
+    picks[str(cap)] = "+".join([f"{platform.machine()}:{name(isa)}", *extensions(isa)])
+print(json.dumps({"valid": [name(i) for i in valid], "picks": picks}))
+"""
+
+
+@pytest.fixture(scope="module")
+def torch_isa_choice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What torch._inductor.cpu_vec_isa decides on this host (with torch loaded and its test compiles),
+    for each ATEN_CPU_CAPABILITY: one subprocess for all of them, its builds in a scratch cache dir."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor"))
+    out = subprocess.run([sys.executable, "-c", _TORCH_PICKS, json.dumps(CAPABILITIES)], env=env,
+                         capture_output=True, text=True, check=True, timeout=600).stdout
+    choice: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return choice
+
+
+@pytest.mark.torch
+def test_the_valid_isas_are_torchs_on_this_host(torch_isa_choice: dict[str, Any]) -> None:
+    """Differential: our probe reads /proc/cpuinfo without importing torch; torch decides with torch."""
+    import platform
+
+    assert probes.valid_isas(platform.machine(), probes.cpu_flags()) == torch_isa_choice["valid"]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("capability", CAPABILITIES)
+def test_the_isa_probe_picks_what_torch_picks_on_this_host(capability: str | None,
+                                                           torch_isa_choice: dict[str, Any]) -> None:
+    env = {} if capability is None else {"ATEN_CPU_CAPABILITY": capability}
+    assert probes.cpu_isa(env) == torch_isa_choice["picks"][str(capability)]

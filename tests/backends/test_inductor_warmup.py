@@ -1,4 +1,4 @@
-"""cachekeeper.warmup: inputs a real tiny model accepts, shaped as the diffusers pipelines shape them.
+"""cachekeeper.backends.warmup: inputs a real tiny model accepts, shaped as the diffusers pipelines shape them.
 
 Eager forwards of tiny models only (no compile): seconds, not minutes.
 """
@@ -14,13 +14,13 @@ import pytest
 
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.errors import BuildFailed
-from cachekeeper.spec import Shape
+from cachekeeper.format.spec import Shape
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
-from cachekeeper.warmup import build_inputs  # noqa: E402
+from cachekeeper.backends.warmup import build_inputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPE = Shape(height=64, width=128, batch=2)   # non-square: catches height/width swaps

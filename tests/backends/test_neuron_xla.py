@@ -11,7 +11,7 @@ from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.neuron_xla import NeuronXlaBackend
 from cachekeeper.backends.neuron_xla.build import import_xla_cache
 from cachekeeper.errors import BackendUnavailable, BuildFailed
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 from tests.simulated.harness import clear_device_env, files_under, install, run_build
 
 VERSION = "2.22.1.0"  # the simulated neuronx-cc of DEFAULT_VERSIONS

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cachekeeper import snapshot
-from cachekeeper.hydrate import HydrateReport, hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.manifest import Manifest
+from cachekeeper.boot.hydrate import HydrateReport, hydrate
+from cachekeeper.boot.resolve import Pin
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.publish import publish
 from cachekeeper.stores.base import Store
 from tests.core.helpers import fingerprint, read_tree, spec, write_tree

@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.resolve import Pin
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.resolve import Pin
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.reader import Body
 from tests.core.helpers import fingerprint

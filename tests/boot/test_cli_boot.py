@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cachekeeper.boot.fetch import FetchStats
+from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.cli.hydrate_output import progress_line, summarize
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
-from cachekeeper.hydrate import HydrateReport
-from cachekeeper.hydrate.fetch import FetchStats
 from tests.fakes import ENABLE
 
 CONFIG = """
@@ -47,7 +47,7 @@ def test_the_config_sets_the_deadline_and_best_effort_and_the_flag_wins(
         config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    hydrate_module = sys.modules["cachekeeper.hydrate"]  # the package: `cachekeeper.hydrate` is also a function
+    hydrate_module = sys.modules["cachekeeper.boot.hydrate"]
     seen: list[dict[str, Any]] = []
 
     def spy(**kw: Any) -> HydrateReport:
@@ -95,3 +95,18 @@ def test_a_terminal_gets_a_progress_line_only_after_a_second(
     clock[0] += 1.5
     show(stats)
     assert "\rhydrate: 10/40 files, 20/80 MiB, 10 MiB/s" in capsys.readouterr().err
+
+
+def test_the_library_hydrate_leaves_the_collector_alone_and_the_cli_restores_it(tmp_path: Path) -> None:
+    """A serving process calls `cachekeeper.hydrate` while its other threads allocate: only the CLI, whose
+    process does nothing else, pauses the cyclic collector, and it restores it afterwards."""
+    import gc
+
+    from cachekeeper.boot import fetch
+    from cachekeeper.cli.boot import collector_paused
+
+    assert "gc.disable" not in Path(fetch.__file__).read_text()
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()

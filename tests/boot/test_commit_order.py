@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cachekeeper.boot.state import load_state
 from cachekeeper.errors import DestinationError
-from cachekeeper.hydrate.state import load_state
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, hydrate_into, publish_tree, read_tree, write_tree

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.hydrate import usage
-from cachekeeper.hydrate.nodecache import NodeCache
-from cachekeeper.hydrate.resolve import write_lockfile
-from cachekeeper.hydrate.state import load_state, state_dir
-from cachekeeper.manifest import Manifest
+from cachekeeper.boot import usage
+from cachekeeper.boot.nodecache import NodeCache
+from cachekeeper.boot.resolve import write_lockfile
+from cachekeeper.boot.state import load_state, state_dir
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, fingerprint, hydrate_into, publish_tree, read_tree, write_tree

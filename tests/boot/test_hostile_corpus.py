@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.hydrate.destdir import claim_layout, toolchain_dir
-from cachekeeper.manifest import MAX_MANIFEST_BYTES, blob_key
+from cachekeeper.boot.destdir import claim_layout, toolchain_dir
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import MAX_MANIFEST_BYTES
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE
@@ -39,7 +40,7 @@ class Case:
 
     @property
     def served(self) -> Path:
-        """The toolchain's own dir under the dest, where hydrate places files (hydrate/destdir.py)."""
+        """The toolchain's own dir under the dest, where hydrate places files (boot/destdir.py)."""
         return toolchain_dir(self.dest, fingerprint().id)
 
     @property

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
-from cachekeeper.hydrate import HydrateReport
 from tests.fakes import ENABLE
 
 CONFIG = """version: 1
@@ -50,7 +50,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         calls.append(kw)
         return HydrateReport(dest=kw["dest"], fingerprint_id="f", manifests=[p.name for p in kw["pins"] or ()])
 
-    monkeypatch.setattr(sys.modules["cachekeeper.hydrate"], "hydrate", spy)
+    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", spy)
     return calls
 
 
@@ -101,13 +101,13 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     (dest / ".cachekeeper").mkdir(parents=True)
     (dest / ".cachekeeper" / "ready").write_text("{}")     # an earlier run's: it must not speak for this one
     markers_at_start = []
-    real = sys.modules["cachekeeper.hydrate"].hydrate
+    real = sys.modules["cachekeeper.boot.hydrate"].hydrate
 
     def watch(**kw: Any) -> HydrateReport:
         markers_at_start.append((dest / ".cachekeeper" / "ready").exists())
         return real(**kw)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(sys.modules["cachekeeper.hydrate"], "hydrate", watch)
+    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", watch)
     result = _invoke(tmp_path, "--config", str(_config(tmp_path, "durability: both, node_cache: nc")),
                      "--dest", str(dest), "--ready-after", "1", "--env-file", str(tmp_path / "ck.env"))
     assert result.exit_code == 0, result.output

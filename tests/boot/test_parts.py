@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cachekeeper.boot import fetch
 from cachekeeper.errors import HydrateIncomplete, IntegrityError, StoreError
-from cachekeeper.hydrate import fetch
-from cachekeeper.manifest import blob_key
+from cachekeeper.format.layout import blob_key
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.reader import Body
 

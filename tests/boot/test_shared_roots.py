@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from cachekeeper import snapshot
-from cachekeeper.fsutil import LiveTag, temp_path
+from cachekeeper.fs.locks import LiveTag
+from cachekeeper.fs.paths import temp_path
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 

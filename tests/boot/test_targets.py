@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.errors import DestinationError, IntegrityError, ManifestError, UnsafePath
+from cachekeeper.format.signing import SigningKey
 from cachekeeper.publish import publish
-from cachekeeper.signing import SigningKey
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.reader import Body
 

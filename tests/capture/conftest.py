@@ -62,7 +62,7 @@ class World:
         return report
 
     def served(self, dest: Path, *extra: str, **env: str) -> Path:
-        """Hydrate `dest`; the toolchain's own dir under it, where the runtime writes (hydrate/destdir.py)."""
+        """Hydrate `dest`; the toolchain's own dir under it, where the runtime writes (boot/destdir.py)."""
         return Path(str(self.hydrate(dest, *extra, **env)["dest"]))
 
     def capture(self, dest: Path, *extra: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import cachekeeper
-from cachekeeper.capture import CaptureReport
+from cachekeeper.boot.capture import CaptureReport
+from cachekeeper.boot.fleet import hydrate_counts
+from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.errors import CachekeeperError, CaptureError, NothingToHydrate
-from cachekeeper.fleet import hydrate_counts
-from cachekeeper.hydrate import HydrateReport
 
 from .conftest import World, runtime_writes
 
@@ -32,12 +32,13 @@ def test_import_cachekeeper_loads_only_the_package() -> None:
     assert out.strip() == "['cachekeeper']"
 
 
-def test_the_api_names_win_over_the_subpackages_that_share_them() -> None:
-    import cachekeeper.capture
-    import cachekeeper.hydrate
+def test_the_api_functions_stay_functions_after_the_boot_modules_load() -> None:
+    import cachekeeper.boot.capture
+    import cachekeeper.boot.hydrate
 
-    assert callable(cachekeeper.hydrate) and cachekeeper.hydrate.__module__ == "cachekeeper.api"
-    assert callable(cachekeeper.capture) and cachekeeper.capture.__module__ == "cachekeeper.api"
+    for name in ("hydrate", "capture", "env"):
+        function = getattr(cachekeeper, name)
+        assert callable(function) and function.__module__ == "cachekeeper.api", name
     assert cachekeeper.HydrateReport is HydrateReport and cachekeeper.CaptureReport is CaptureReport
 
 
@@ -46,7 +47,7 @@ def test_hydrate_env_and_capture_from_python(host: World) -> None:
     report = cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
     assert isinstance(report, HydrateReport) and report.files_fetched == 3 and not report.missing
     assert hydrate_counts(report.manifests, report.missing) == {"hit": 1, "missed": 0, "captured": 0}
-    assert report.dest == dest / report.fingerprint_id   # the toolchain's own dir (hydrate/destdir.py)
+    assert report.dest == dest / report.fingerprint_id   # the toolchain's own dir (boot/destdir.py)
     assert cachekeeper.env(config=host.config, dest=dest) == {"FAKE_CACHE_DIR": str(report.dest)}
     dest = report.dest
 

@@ -188,7 +188,7 @@ def test_captured_sets_pass_a_trusted_hydrate_only_when_signed_by_a_capture_key(
     server = world.run("keygen", "-o", str(server_pem)).stdout.strip()
     # The prebuilt entry must be signed too for a trusted hydrate: a builder key signs it.
     for p in (world.store_dir / "manifests").rglob("*.json"):
-        from cachekeeper.signing import SigningKey, publish_signature
+        from cachekeeper.format.signing import SigningKey, publish_signature
         from cachekeeper.stores.file import FileStore
         publish_signature(FileStore(world.store_dir), SigningKey.load(builder_pem), p.read_bytes())
     by_server, by_builder, unsigned = world.tmp / "s", world.tmp / "b", world.tmp / "u"
@@ -214,7 +214,7 @@ def test_a_capture_key_is_never_a_builder_key(world: World) -> None:
     server = world.run("keygen", "-o", str(server_pem)).stdout.strip()
     # A prebuilt manifest signed by a serving host's key is refused by a hydrate that lists it as a capture key.
     for p in (world.store_dir / "manifests").rglob("*.json"):
-        from cachekeeper.signing import SigningKey, publish_signature
+        from cachekeeper.format.signing import SigningKey, publish_signature
         from cachekeeper.stores.file import FileStore
         publish_signature(FileStore(world.store_dir), SigningKey.load(server_pem), p.read_bytes())
     builder = world.run("keygen", "-o", str(world.tmp / "builder.pem")).stdout.strip()
@@ -260,7 +260,7 @@ def test_an_s3_bucket_that_denies_put_object_is_named_with_the_permission(world:
 
 
 def test_a_hydrate_in_progress_makes_capture_wait_then_give_up_without_publishing(world: World) -> None:
-    from cachekeeper.fsutil import FileLock
+    from cachekeeper.fs.locks import FileLock
 
     dest = world.tmp / "d1"
     dest = world.served(dest)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.capture import captured_name
+from cachekeeper.boot.capture import captured_name
 from cachekeeper.catalog import Catalog
 from cachekeeper.errors import ManifestError
-from cachekeeper.manifest import KIND_CAPTURED, Manifest
+from cachekeeper.format.manifest import KIND_CAPTURED, Manifest
 from tests.catalog.helpers import FP, entry
 
 from .conftest import World, runtime_writes

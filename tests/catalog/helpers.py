@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from cachekeeper.fingerprint import Fingerprint
-from cachekeeper.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.fingerprint import Fingerprint
+from cachekeeper.format.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
+from cachekeeper.format.spec import EntrySpec, Shape
 from cachekeeper.stores.base import Store
 
 FP = Fingerprint.of("inductor", {"torch": "2.13.0", "cpu": "avx512"})

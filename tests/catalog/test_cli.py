@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from cachekeeper.cli.db import catalog as catalog_group
 from cachekeeper.cli.db import db
 from cachekeeper.errors import CatalogUnreachable
-from cachekeeper.manifest import manifest_key
+from cachekeeper.format.layout import manifest_key
 from cachekeeper.stores.file import FileStore
 from tests.harness.postgres import free_port
 

@@ -10,7 +10,7 @@ import pytest
 
 from cachekeeper.catalog import Catalog
 from cachekeeper.errors import ObjectNotFound, StoreUnreachable
-from cachekeeper.manifest import manifest_key
+from cachekeeper.format.layout import manifest_key
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.memory import MemoryStore
 

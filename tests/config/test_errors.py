@@ -80,17 +80,15 @@ CASES: dict[str, tuple[str, str]] = {
     "unknown key without a close match lists the keys": (
         MODEL + "    zzz: 1  # <-\n",
         "unknown key 'zzz' in model 'a' (expected one of: backends, component, dtypes, guidance, hub, inputs, "
-        "max_sequence_length, modes, name, offload, path, pipeline, priority, revision, shapes, tensor_parallel, "
+        "max_sequence_length, modes, name, offload, path, priority, revision, shapes, tensor_parallel, "
         "warmup)"),
     "tensor_parallel not an integer": (MODEL + "    tensor_parallel: two  # <-\n",
                                        "model 'a' tensor_parallel must be an integer, got 'two'"),
     "tensor_parallel zero": (MODEL + "    tensor_parallel: 0  # <-\n",
                              "model 'a' tensor_parallel must be at least 1, got 0"),
-    "pipeline not a boolean": (MODEL + "    pipeline: maybe  # <-\n",
-                               "model 'a' pipeline must be true or false, got 'maybe'"),
-    "pipeline true with a component warm-up": (MODEL + "    warmup: component\n    pipeline: true  # <-\n",
-                                                "model 'a' sets 'pipeline: true' (the older spelling of "
-                                                "'warmup: pipeline') and 'warmup: component'; keep 'warmup'"),
+    "the first release's pipeline: true": (MODEL + "    pipeline: true  # <-\n",
+                                           "model 'a' sets 'pipeline', which this release no longer reads; "
+                                           "write 'warmup: pipeline' instead"),
     "store without a directory": ("version: 1\nstore: file://  # <-\n", "store 'file://' names no directory"),
     "guidance not a boolean": (MODEL + "    guidance: 2  # <-\n",
                                "model 'a' guidance must be true or false, got 2"),

@@ -90,3 +90,15 @@ def test_importing_the_config_loads_neither_torch_nor_sqlalchemy() -> None:
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                           capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.split() == []
+
+
+def test_a_spec_computes_its_key_once_and_the_cached_key_is_no_part_of_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.format import canonical, spec
+
+    calls: list[object] = []
+    digest = canonical.digest
+    monkeypatch.setattr(spec.canonical, "digest", lambda value: calls.append(value) or digest(value))
+    entry = spec.EntrySpec("m", "transformer", "inductor", "full", spec.Shape(64, 64, 1), "float32")
+    assert entry.key == entry.key == entry.key and len(calls) == 1
+    assert "key" not in entry.to_dict() and entry == spec.EntrySpec.from_dict(entry.to_dict())

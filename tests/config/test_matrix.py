@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.config import ModelMatrix, PlannedEntry
+from cachekeeper.config import MatrixEntry, ModelMatrix
 from cachekeeper.errors import ConfigError
-from cachekeeper.spec import EntrySpec, ModelRef, Shape
+from cachekeeper.format.spec import EntrySpec, ModelRef, Shape
 
 from .util import EXAMPLE, minimal, parse
 
 
-def labels(entries: list[PlannedEntry]) -> list[str]:
+def labels(entries: list[MatrixEntry]) -> list[str]:
     return [e.spec.label() for e in entries]
 
 
@@ -35,7 +35,7 @@ def test_example_expands_to_the_product_in_file_then_sorted_order() -> None:
 
 def test_example_entries_carry_full_specs_and_model_refs() -> None:
     first, *_, last = parse(EXAMPLE).entries()
-    assert first == PlannedEntry(
+    assert first == MatrixEntry(
         spec=EntrySpec(model="tiny-flux", component="transformer", backend="inductor", mode="full",
                        shape=Shape(64, 64, 1), dtype="float32"),
         model=ModelRef(name="tiny-flux", component="transformer", path="/cfgdir/models/tiny-flux"),
@@ -57,13 +57,13 @@ def test_top_level_settings_are_read() -> None:
     assert config.store == "file:///cfgdir/.cachekeeper/store"
     assert config.catalog == "sqlite:////cfgdir/.cachekeeper/catalog.db"
     assert (config.build_timeout, config.build_workers) == (1800.0, 2)
-    assert config.options_for("neuron") == {"logical_nc_config": "2"}
-    assert config.options_for("tpu") == {}
+    assert config.backend_options_for("neuron") == {"logical_nc_config": "2"}
+    assert config.backend_options_for("tpu") == {}
 
 
 def test_backend_options_are_strings_with_yaml_booleans() -> None:
     config = parse(minimal(top_lines="backend_options:\n  inductor: {threads: 4, freezing: false, cc: g++}\n"))
-    assert config.options_for("inductor") == {"threads": "4", "freezing": "false", "cc": "g++"}
+    assert config.backend_options_for("inductor") == {"threads": "4", "freezing": "false", "cc": "g++"}
 
 
 def test_backend_options_do_not_change_entry_keys() -> None:
@@ -80,19 +80,11 @@ def test_model_settings_default_to_a_transformer_component_without_warm_up_extra
 
 
 def test_model_settings_are_passed_to_the_model_ref() -> None:
-    (entry,) = parse(minimal("    component: unet\n    inputs: my_pkg.warm:inputs\n    pipeline: true\n"
+    (entry,) = parse(minimal("    component: unet\n    inputs: my_pkg.warm:inputs\n    warmup: pipeline\n"
                              "    revision: v2\n")).entries()
     assert entry.model == ModelRef(name="m", component="unet", path="/cfgdir/m", revision="v2",
-                                   inputs="my_pkg.warm:inputs", pipeline=True, warmup="pipeline")
+                                   inputs="my_pkg.warm:inputs", warmup="pipeline")
     assert (entry.spec.component, entry.spec.revision) == ("unet", "v2")
-
-
-def test_pipeline_true_is_warmup_pipeline_with_the_same_keys() -> None:
-    old_spelling = parse(minimal("    pipeline: true\n")).entries()
-    new_spelling = parse(minimal("    warmup: pipeline\n")).entries()
-    assert [e.spec.key for e in old_spelling] == [e.spec.key for e in new_spelling]
-    assert dict(old_spelling[0].spec.options)["warmup"] == "pipeline"
-    assert old_spelling[0].model.warmup == "pipeline"
 
 
 def test_per_model_values_replace_the_defaults() -> None:
@@ -132,13 +124,6 @@ def test_the_build_reads_the_guidance_the_key_was_made_with() -> None:
     matrix = ModelMatrix(model=ModelRef(name="m", component="unet", guidance=True), backends=("inductor",),
                          modes=("full",), dtypes=("float32",), shapes=(Shape(8, 8),))
     assert [e.spec.shape for e in matrix.entries()] == [Shape(8, 8, 2)]
-
-
-def test_a_model_ref_built_in_code_with_pipeline_true_still_warms_up_the_pipeline() -> None:
-    matrix = ModelMatrix(model=ModelRef(name="m", component="unet", pipeline=True), backends=("inductor",),
-                         modes=("full",), dtypes=("float32",), shapes=(Shape(8, 8),))
-    (entry,) = matrix.entries()
-    assert dict(entry.spec.options)["warmup"] == "pipeline"
 
 
 def test_guided_batch_one_shares_the_key_of_unguided_batch_two() -> None:

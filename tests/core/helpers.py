@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachekeeper.fingerprint import Fingerprint
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.fingerprint import Fingerprint
+from cachekeeper.format.spec import EntrySpec, Shape
 
 
 def spec(model: str = "tiny", height: int = 64, mode: str = "full") -> EntrySpec:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachekeeper.gc import plan_gc, run_gc
-from cachekeeper.inventory import Inventory, scan
-from cachekeeper.layout import blob_key
+from cachekeeper.admin.gc import plan_gc, run_gc
+from cachekeeper.admin.inventory import Inventory, scan
+from cachekeeper.format.layout import blob_key
 from cachekeeper.publish import publish
 from cachekeeper.stores.base import ObjectInfo
 from cachekeeper.stores.file import FileStore

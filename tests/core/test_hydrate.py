@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from cachekeeper import snapshot
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.plan import coalesce, plan_hydrate
+from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.plan import coalesce, plan_hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.manifest import Manifest, blob_key
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 
@@ -218,8 +219,8 @@ def test_plan_keeps_the_first_manifest_for_a_path_claimed_twice(store: FileStore
 
 
 def test_ranged_reads_are_coalesced_across_small_gaps() -> None:
-    from cachekeeper.hydrate.plan import Placement
-    from cachekeeper.manifest import FileRecord
+    from cachekeeper.boot.plan import Placement
+    from cachekeeper.format.manifest import FileRecord
 
     def p(off: int, size: int) -> Placement:
         return Placement(FileRecord("cache", f"f{off}", size, "0" * 64, "b", off), Path(f"/x/{off}"))
@@ -237,7 +238,7 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
     import sys
     import time
 
-    from cachekeeper.hydrate.nodecache import NodeCache
+    from cachekeeper.boot.nodecache import NodeCache
 
     files = {f"d/{i:03d}": os.urandom(snapshot.SMALL_FILE + i) for i in range(12)}  # 12 standalone blobs
     m = _publish(store, write_tree(tmp_path / "b", files))
@@ -246,9 +247,9 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
 import time
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.resolve import Pin
+from cachekeeper.format.fingerprint import Fingerprint
 
 class Slow(FileStore):
     def open_range(self, key, start, end, read_timeout, connect_timeout):
@@ -262,7 +263,7 @@ class Slow(FileStore):
         body.chunks = slow
         return body
 
-from cachekeeper.hydrate.nodecache import NodeCache
+from cachekeeper.boot.nodecache import NodeCache
 node = NodeCache(Path({str(node)!r}), link="hardlink") if {node_cache!r} else None
 store = Slow(Path({str(store.root)!r}))
 hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchain": "1"}}),

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from cachekeeper.admin.gc import plan_gc
+from cachekeeper.admin.inventory import scan
+from cachekeeper.admin.verify import repair, verify_store
 from cachekeeper.catalog.rebuild import NOT_A_MANIFEST_KEY, indexable
-from cachekeeper.gc import plan_gc
-from cachekeeper.inventory import scan
-from cachekeeper.layout import blob_key, captured_set_name, manifest_key, manifest_keys, matching, signature_key
-from cachekeeper.manifest import KIND_CAPTURED, Manifest
+from cachekeeper.format.layout import blob_key, captured_set_name, manifest_key, matching, signature_key
+from cachekeeper.format.manifest import KIND_CAPTURED, Manifest
 from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.manifests import manifest_keys
 from cachekeeper.stores.memory import MemoryStore
-from cachekeeper.verify import repair, verify_store
 
 from ..catalog.helpers import FP, FP2, entry, publish, shared
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import layout
-from cachekeeper.fsutil import temp_path
-from cachekeeper.layout import ManifestKey, TempKey
+from cachekeeper.format import layout
+from cachekeeper.format.layout import ManifestKey, TempKey
+from cachekeeper.fs.paths import temp_path
 
 DIGEST = "ab" + "0" * 62
 FP_ID = "0123456789abcdef"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.catalog import Catalog
-from cachekeeper.layout import manifest_key
-from cachekeeper.manifest import Manifest
+from cachekeeper.format.layout import manifest_key
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.presence import captured_sets, look_up, plan_presence, stored_entries
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore

@@ -10,7 +10,8 @@ import pytest
 
 from cachekeeper import snapshot
 from cachekeeper.errors import ManifestError, UnsafePath
-from cachekeeper.manifest import Manifest, blob_key
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.publish import publish
 from cachekeeper.stores.memory import MemoryStore
 

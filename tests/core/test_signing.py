@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from cachekeeper.admin.gc import plan_gc
+from cachekeeper.admin.inventory import scan
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, UsageError
-from cachekeeper.gc import plan_gc
-from cachekeeper.hydrate import hydrate
-from cachekeeper.hydrate.resolve import Pin
-from cachekeeper.inventory import scan
-from cachekeeper.manifest import Manifest
+from cachekeeper.format.layout import signature_key
+from cachekeeper.format.manifest import Manifest
+from cachekeeper.format.signing import PublicKey, SigningKey
 from cachekeeper.publish import publish
-from cachekeeper.signing import PublicKey, SigningKey, signature_key
 from cachekeeper.stores.file import FileStore
 
 from .helpers import fingerprint, spec, write_tree

@@ -8,7 +8,7 @@ from click.testing import CliRunner, Result
 
 from cachekeeper.catalog import Catalog
 from cachekeeper.cli import _register, cli
-from cachekeeper.spec import EntrySpec
+from cachekeeper.format.spec import EntrySpec
 from cachekeeper.stores import open_store
 from tests.fakes import ENABLE
 from tests.inspect.helpers import HOST, OTHER, THIRD, cli_env, manifest, publish, specs, write_config

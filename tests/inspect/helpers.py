@@ -9,10 +9,10 @@ from pathlib import Path
 
 from cachekeeper.catalog import Catalog
 from cachekeeper.config import Config, load_config
-from cachekeeper.fingerprint import Fingerprint
-from cachekeeper.layout import blob_key
-from cachekeeper.manifest import KIND_CAPTURED, KIND_ENTRY, BlobRecord, FileRecord, Manifest
-from cachekeeper.spec import EntrySpec
+from cachekeeper.format.fingerprint import Fingerprint
+from cachekeeper.format.layout import blob_key
+from cachekeeper.format.manifest import KIND_CAPTURED, KIND_ENTRY, BlobRecord, FileRecord, Manifest
+from cachekeeper.format.spec import EntrySpec
 from cachekeeper.stores.base import Store
 from tests.fakes import ENABLE, fake_config
 

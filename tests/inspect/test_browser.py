@@ -16,7 +16,7 @@ import pytest
 
 from cachekeeper.catalog import Catalog
 from cachekeeper.dashboard.app import create_app
-from cachekeeper.spec import EntrySpec
+from cachekeeper.format.spec import EntrySpec
 from tests.inspect.helpers import HOST, OTHER, THIRD, captured, manifest, publish, specs, write_config
 
 CHROMIUM = "/usr/bin/chromium"

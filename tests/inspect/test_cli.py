@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from cachekeeper.catalog import Catalog
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 from tests.inspect.conftest import World, one_error
 from tests.inspect.helpers import HOST, OTHER, THIRD, cli_env, manifest, publish
 

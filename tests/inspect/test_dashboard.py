@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from cachekeeper.catalog import Catalog
 from cachekeeper.dashboard.app import create_app
-from cachekeeper.spec import EntrySpec
+from cachekeeper.format.spec import EntrySpec
 from tests.inspect.helpers import HOST, OTHER, captured, manifest, publish, specs, write_config
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from cachekeeper.catalog.rows import EntryCost
 from cachekeeper.errors import UsageError
-from cachekeeper.fingerprint import Fingerprint
-from cachekeeper.inspection.diff import EntryCost, makespan, plan_diff, render_text, resolve_prefix, with_overrides
+from cachekeeper.format.fingerprint import Fingerprint
+from cachekeeper.inspection.diff import makespan, plan_diff, render_text, resolve_prefix, with_overrides
 
 A = Fingerprint.of("neuron", {"torch": "2.13.0", "neuronx_cc": "2.21.0", "target": "trn2"})
 

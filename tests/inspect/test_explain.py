@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cachekeeper.fingerprint import Fingerprint
+from cachekeeper.format.fingerprint import Fingerprint
 from cachekeeper.inspection.explain import explain_entry, explain_from_store, hint
 from cachekeeper.stores import open_store
 from tests.inspect.helpers import HOST, OTHER, THIRD, manifest, publish, specs, write_config

@@ -7,7 +7,7 @@ import json
 import click
 
 from cachekeeper.cli import _register, cli
-from cachekeeper.layout import manifest_key
+from cachekeeper.format.layout import manifest_key
 from tests.inspect.conftest import World
 from tests.inspect.helpers import OTHER
 

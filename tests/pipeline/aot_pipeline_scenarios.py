@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch._dynamo.utils import counters
 
-from cachekeeper.pipeline_warmup import as_keywords, capture_inputs
+from cachekeeper.backends.pipeline_warmup import as_keywords, capture_inputs
 from cachekeeper.runtime import compile_pipeline
 
 STEPS = 2

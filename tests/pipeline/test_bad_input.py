@@ -14,13 +14,13 @@ from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.inductor import InductorBackend
 from cachekeeper.config import parse_config
 from cachekeeper.errors import BuildFailed, ConfigError
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from cachekeeper import pipeline_warmup as pw  # noqa: E402
+from cachekeeper.backends import pipeline_warmup as pw  # noqa: E402
 
 MODEL = "tiny-flux2-klein"
 SHAPE = Shape(64, 64, 1)

@@ -10,13 +10,13 @@ import pytest
 
 from cachekeeper.backends.base import ModelRef
 from cachekeeper.config import parse_config
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from cachekeeper.pipeline_warmup import call_kwargs, captured_component, load_pipeline  # noqa: E402
+from cachekeeper.backends.pipeline_warmup import call_kwargs, captured_component, load_pipeline  # noqa: E402
 
 SHAPE = Shape(64, 64, 1)
 
@@ -113,7 +113,7 @@ def test_the_fallback_builder_for_a_bare_component_matches_what_the_pipeline_pas
         pipelines: Path, model: str, builder: str) -> None:
     """Without its pipeline a component gets built inputs; `auto` picks the family (FLUX.2 too), and the
     shapes and dtypes agree with the captured call, so the graph is the same one."""
-    from cachekeeper.warmup import build_inputs, pick_auto
+    from cachekeeper.backends.warmup import build_inputs, pick_auto
 
     shape = Shape(64, 128, 1)
     component, real = captured_component(ref(pipelines, model, max_sequence_length=16), spec(model, shape),

@@ -18,7 +18,7 @@ from cachekeeper.runtime import Record, describe
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from cachekeeper.runtime_pipeline import (  # noqa: E402
+from cachekeeper.runtime.pipeline import (  # noqa: E402
     ComponentForward,
     compile_pipeline,
     offload_hooks,
@@ -162,8 +162,8 @@ def test_a_pipeline_aot_key_carries_the_transformers_version_and_a_component_one
 
 @pytest.fixture(scope="module")
 def pipe(pipelines: Path) -> Any:
-    from cachekeeper.pipeline_warmup import load_pipeline
-    from cachekeeper.spec import ModelRef
+    from cachekeeper.backends.pipeline_warmup import load_pipeline
+    from cachekeeper.format.spec import ModelRef
 
     return load_pipeline(ModelRef("tiny-flux2-klein", "transformer", path=str(pipelines / "tiny-flux2-klein")),
                          torch.float32)

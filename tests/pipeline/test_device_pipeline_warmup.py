@@ -15,7 +15,7 @@ import pytest
 from cachekeeper.backends.base import Backend, ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
 from cachekeeper.backends.tpu import TPUBackend
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 from tests.simulated.harness import clear_device_env, install, publish_and_hydrate, run_build
 
 pytestmark = pytest.mark.torch

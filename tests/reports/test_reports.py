@@ -15,15 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cachekeeper.boot.reports import MAX_REPORT_BYTES, MAX_ROWS, Report, build_report, claim, decode, read_reports
 from cachekeeper.config import parse_config
 from cachekeeper.config.editor import ConfigEdit
 from cachekeeper.errors import ConfigError, UsageError
-from cachekeeper.layout import ReportKey, parse_report_key, report_key
-from cachekeeper.reports import MAX_REPORT_BYTES, MAX_ROWS, Report, build_report, claim, decode, read_reports
-from cachekeeper.spec import Shape
+from cachekeeper.format.layout import ReportKey, parse_report_key, report_key
+from cachekeeper.format.spec import Shape
+from cachekeeper.inspection.suggest import served_not_prebuilt
+from cachekeeper.runtime.miss_watch import CallRecord, Spool, watch
 from cachekeeper.stores.file import FileStore
-from cachekeeper.suggest import served_not_prebuilt
-from cachekeeper.watch import CallRecord, Spool, watch
 from tests.fakes import ENABLE, fake_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.layout import manifest_keys
-from cachekeeper.manifest import Manifest
+from cachekeeper.format.manifest import Manifest
 from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.manifests import manifest_keys
 from tests.fakes import ENABLE, fake_config
 
 REPO = Path(__file__).resolve().parents[2]

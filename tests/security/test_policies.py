@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
-from cachekeeper.gc import plan_gc, run_gc
-from cachekeeper.hydrate import hydrate
-from cachekeeper.inventory import scan
+from cachekeeper.admin.gc import plan_gc, run_gc
+from cachekeeper.admin.inventory import scan
+from cachekeeper.admin.verify import repair, verify_store
+from cachekeeper.boot.hydrate import hydrate
+from cachekeeper.boot.reports import build_report, write_report
 from cachekeeper.publish import publish
-from cachekeeper.reports import build_report, write_report
+from cachekeeper.runtime.miss_watch import CallRecord
 from cachekeeper.stores.memory import MemoryStore
-from cachekeeper.verify import repair, verify_store
-from cachekeeper.watch import CallRecord
 from tests.fakes import FakeBackend
 from tests.harness.seaweedfs import POLICIES, render_policy
 
@@ -126,8 +126,8 @@ def _built(tmp: Path) -> Path:
 
 
 def as_builder(store: RecordingStore, tmp: Path) -> None:
-    from cachekeeper.signing import SigningKey
-    from cachekeeper.spec import EntrySpec, Shape
+    from cachekeeper.format.signing import SigningKey
+    from cachekeeper.format.spec import EntrySpec, Shape
 
     spec = EntrySpec("tiny", "transformer", "fake", "full", Shape(64, 64, 1), "float32")
     publish(store, fingerprint=FakeBackend().fingerprint({}), spec=spec, roots={"cache": _built(tmp)},

@@ -62,7 +62,7 @@ def test_a_server_identity_hydrates_and_reports(world: dict[str, Host], s3_roles
     report = json.loads(server.run("hydrate", "--config", str(server.config), "--dest", str(dest),
                                    "--json").stdout.splitlines()[0])
     assert report["counts"]["hit"] == 1
-    from cachekeeper.watch import CallRecord, Spool
+    from cachekeeper.runtime.miss_watch import CallRecord, Spool
 
     spool = Spool(server.tmp / "spool")
     spool.append(CallRecord("tiny", 96, 64, 1, None, None, True, 2, 3.5, 1.7e9))

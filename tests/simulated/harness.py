@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildJob, ModelRef
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 
 from . import DEFAULT_VERSIONS, REPO, make_site, pythonpath
 
@@ -114,7 +114,7 @@ def publish_and_hydrate(backend: Backend, options: Mapping[str, str], spec: Entr
                         dest: Path) -> list[str]:
     """Publish the build in workdir `built` to a fresh in-memory store, hydrate it into `dest` as a boot
     hook would (the real publish and hydrate code); returns the published paths."""
-    from cachekeeper.hydrate import hydrate
+    from cachekeeper.boot.hydrate import hydrate
     from cachekeeper.publish import publish
     from cachekeeper.stores.memory import MemoryStore
 

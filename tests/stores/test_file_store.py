@@ -22,7 +22,7 @@ class TestFileStore(StoreConformance):
     def leave_debris(self, store: Store, tmp_path: Path) -> str | None:
         # A real writer killed (SIGKILL) halfway through writing a blob.
         assert isinstance(store, FileStore)
-        code = ("import os, sys; from pathlib import Path; from cachekeeper.fsutil import atomic_writer\n"
+        code = ("import os, sys; from pathlib import Path; from cachekeeper.fs.atomic import atomic_writer\n"
                 "with atomic_writer(Path(sys.argv[1])) as f:\n"
                 "    f.write(b'partial'); f.flush(); os.kill(os.getpid(), 9)")
         subprocess.run([sys.executable, "-c", code, str(store.root / "blobs/sha256/ab/abcd")], check=False, timeout=60)

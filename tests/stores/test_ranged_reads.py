@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -54,3 +55,52 @@ def test_an_object_whose_size_disagrees_with_its_manifest_is_refused(store: Stor
 def test_a_missing_key_is_object_not_found(store: Store) -> None:
     with pytest.raises(ObjectNotFound):
         read_into(store, "blobs/nope", lambda b: None, length=5)
+
+
+@pytest.mark.parametrize(("status", "verdict"), [
+    (200, "body"), (206, "body"), (416, "past_end"), (404, "missing"), (401, "denied"), (403, "denied"),
+    (429, "retry"), (500, "retry"), (503, "retry"), (400, "error"), (409, "error"), (412, "error"),
+])
+def test_one_status_classifier_serves_both_http_stores(status: int, verdict: str) -> None:
+    from cachekeeper.stores.ranged import classify
+
+    assert classify(status) == verdict
+
+
+def test_a_range_header_asks_for_exactly_the_bytes_wanted_and_none_for_a_whole_object() -> None:
+    from cachekeeper.stores.ranged import range_header
+
+    assert range_header(0, None) == {}
+    assert range_header(0, 10) == {"Range": "bytes=0-9"}
+    assert range_header(5, None) == {"Range": "bytes=5-"}
+
+
+class _Ignored:
+    """A server that ignored the Range header: the whole object, status 200, in two arrivals."""
+
+    status = 200
+    headers: ClassVar[dict[str, str]] = {"Content-Length": "10"}
+
+    def __init__(self) -> None:
+        self.parts, self.length_remaining, self.released = [b"0123", b"456789"], 10, False
+
+    def read1(self, amt: int) -> bytes:
+        part = self.parts.pop(0) if self.parts else b""
+        self.length_remaining -= len(part)
+        return part
+
+    def release_conn(self) -> None:
+        self.released = True
+
+    def close(self) -> None:
+        raise AssertionError("a fully read body keeps its connection")
+
+
+def test_a_server_that_ignored_the_range_has_the_skipped_prefix_cut_and_its_connection_kept() -> None:
+    from cachekeeper.stores.ranged import RangeBody
+
+    resp = _Ignored()
+    body = RangeBody(resp, "s3://b/k", skip=6)
+    assert b"".join(body.chunks(1 << 20)) == b"6789" and body.total == 10
+    body.close()
+    assert resp.released

@@ -16,7 +16,7 @@ from cachekeeper.backends.neuron.backend import NeuronBackend
 from cachekeeper.backends.tpu.backend import TPUBackend
 from cachekeeper.config import MatrixEntry
 from cachekeeper.errors import ConfigError, QueuePayloadError, UsageError
-from cachekeeper.spec import EntrySpec, Shape
+from cachekeeper.format.spec import EntrySpec, Shape
 from cachekeeper.worker import payload
 from cachekeeper.worker.devices import slot_envs
 from cachekeeper.worker.lease import Backoff, LeaseSettings
@@ -80,6 +80,8 @@ def test_a_payload_round_trips_and_carries_its_version() -> None:
 
 @pytest.mark.parametrize(("doc", "says"), [
     ({"spec": {}, "model": {}}, "payload version 1, written by an older cachekeeper"),
+    ({"v": 2, "spec": {}, "model": {"pipeline": True}}, "payload version 2, written by an older cachekeeper; "
+                                                        "this worker reads version 3"),
     ({"v": 99, "spec": {}, "model": {}}, "payload version 99, written by a newer or unknown cachekeeper"),
     ("not json", "payload version ?"),
 ])
@@ -92,7 +94,7 @@ def test_a_payload_of_another_version_is_refused_by_version(doc: object, says: s
 def test_a_current_version_payload_with_fields_this_worker_lacks_is_refused_not_a_type_error() -> None:
     doc = json.loads(payload.encode(_entry()))
     doc["model"]["fp8_recipe"] = "e4m3"
-    with pytest.raises(QueuePayloadError, match="malformed version-2 payload"):
+    with pytest.raises(QueuePayloadError, match="malformed version-3 payload"):
         payload.decode(json.dumps(doc), "fp/k")
 
 
@@ -163,9 +165,10 @@ def test_the_device_count_options_do_not_change_the_toolchain_fingerprint(monkey
 
 
 def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchain_recorded(tmp_path: Path) -> None:
+    from cachekeeper.boot.request import HostToolchain
     from cachekeeper.publish import publish
     from cachekeeper.stores.memory import MemoryStore
-    from cachekeeper.worker.prebuild import Toolchain, shard_entries
+    from cachekeeper.worker.prebuild import shard_entries
     from tests.core.helpers import fingerprint, spec, write_tree
     from tests.fakes import FakeBackend
 
@@ -176,7 +179,7 @@ def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchai
         publish(store, fingerprint=fingerprint("old"), spec=s, build={"seconds": seconds},
                 roots={"cache": write_tree(tmp_path / s.key, {"f": s.key.encode()})}, include=lambda r, p, f: True)
     entries = [MatrixEntry(s, ModelRef("tiny", "transformer", path="/m")) for s in specs]
-    tcs = {"fake": Toolchain(FakeBackend(), fingerprint("new"), {})}
+    tcs = {"fake": HostToolchain("fake", FakeBackend(), fingerprint("new"), {})}
 
     shards = [shard_entries(entries, tcs, Shard(i, 2), store, None) for i in range(2)]
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ... import canonical
 from ...errors import BuildFailed
-from ...fsutil import atomic_write_bytes
+from ...format import canonical
+from ...fs.atomic import atomic_write_bytes
 from ..base import CACHE_ROOT, BuildJob
 
 MODE = "aot"

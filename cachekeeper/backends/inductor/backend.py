@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from ...errors import BackendUnavailable
-from ...fingerprint import Fingerprint
+from ...format.fingerprint import Fingerprint
 from .. import MODES
 from ..base import CACHE_ROOT, BuildCommand, BuildJob
 from ..toolchain import PackagedBackend, dist_version

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
-from ...pipeline_warmup import (
+from ..base import BuildJob
+from ..build_main import build_main, component_and_inputs, torch_dtype
+from ..pipeline_warmup import (
     as_keywords,
     call_kwargs,
     capture_inputs,
@@ -33,8 +35,6 @@ from ...pipeline_warmup import (
     place,
     warmup_kind,
 )
-from ..base import BuildJob
-from ..build_main import build_main, component_and_inputs, torch_dtype
 from . import aot
 
 COUNTERS = {

@@ -151,9 +151,10 @@ def pick_isa(machine: str, flags: frozenset[str], capability: str | None) -> str
 
 
 def isa_extensions(isa: str, flags: frozenset[str]) -> list[str]:
-    """Flags Inductor adds to the ISA's compile line when the CPU has them (bf16/fp16 variants)."""
+    """Flags Inductor adds to the ISA's compile line when the CPU has them (bf16/fp16 variants). Its
+    VecAVX512VNNI keeps its base flags (build_arch_flags), so avx512_vnni gets no bf16 extension."""
     ext = []
-    if isa.startswith(("avx512", "amx")) and "avx512_bf16" in flags:
+    if isa in ("avx512", "amx_tile") and "avx512_bf16" in flags:
         ext.append("avx512_bf16")
     if isa == "amx_tile" and "amx_fp16" in flags:
         ext.append("amx_fp16")

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from ...errors import BuildFailed
-from ...fingerprint import Fingerprint
+from ...format.fingerprint import Fingerprint
 from .. import MODES
 from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 from ..toolchain import PackagedBackend

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BuildFailed
-from ...fsutil import temp_path
+from ...fs.paths import temp_path
 from ..base import CACHE_ROOT, BuildJob
 from ..build_main import build_main
 from ..toolchain import require_versions

@@ -1,0 +1,481 @@
+"""Hydrate: fill a backend's cache dir with exactly the artifacts this host can use.
+
+    wanted manifests (names or listing) ─▶ plan (pure) ─▶ parallel fetch ─▶ verify ─▶ rename ─▶ state
+
+Boot-path rules: no torch, no SQLAlchemy, no cloud SDK unless the store needs it; a repeat run whose
+state file still matches the disk returns without opening the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    DestinationError,
+    HydrateIncomplete,
+    LockBusy,
+    NothingToHydrate,
+    StoreError,
+    ToolchainMismatch,
+    UnsafePath,
+)
+from ..format.fingerprint import Fingerprint
+from ..format.manifest import Manifest
+from ..fs.locks import FileLock, LiveTag, sweep_temp
+from ..fs.paths import SafeJoiner, ensure_dir, lstat_or_none, new_tag
+from ..presence import plan_presence
+from ..stores.base import Store
+from ..stores.reader import Deadline
+
+if TYPE_CHECKING:
+    from ..format.signing import PublicKey
+    from .fetch import FetchStats
+    from .nodecache import NodeCache
+from . import usage
+from .durability import DEFAULT as DEFAULT_DURABILITY
+from .durability import Durability, boot_bound, boot_id, filesystem, fsyncs
+from .plan import HydratePlan, plan_hydrate
+from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
+from .state import (
+    STATE_DIR,
+    PlacedFile,
+    State,
+    drop_state,
+    file_key,
+    load_state,
+    save_state,
+    stat_matches,
+    state_dir,
+)
+from .state import trusted as state_trusted
+
+__all__ = ["HydrateReport", "hydrate"]
+
+
+@dataclass
+class HydrateReport:
+    dest: Path
+    fingerprint_id: str
+    noop: bool = False
+    manifests: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)      # wanted entry names not built for this toolchain
+    files_total: int = 0
+    files_fetched: int = 0
+    bytes_fetched: int = 0
+    files_verified_local: int = 0
+    seconds: float = 0.0
+    retries: int = 0                     # read attempts retried (resets, stalls, 5xx)
+    deadline_left: float | None = None   # seconds of the --deadline budget left at the end
+    incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
+    nothing_built: bool = False          # best effort: the store has nothing of this toolchain to hydrate
+    durability: str = ""                 # fsync | boot | both (boot/durability.py)
+    node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
+    node_copied: int = 0                 # ... copied from it
+    node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
+    warnings: list[str] = field(default_factory=list)   # one line each (node cache fallbacks, budget)
+    evicted: list[str] = field(default_factory=list)    # entries removed to fit --max-bytes
+    ready_seconds: float | None = None                  # --ready-after: when the hot entries were in place
+
+    def to_dict(self) -> dict[str, object]:
+        d = dict(self.__dict__)
+        d["dest"] = str(self.dest)
+        return d
+
+
+def _probe(verify: bool, trust: bool = True) -> Callable[[Path, PlacedFile | None], str]:
+    """What is at a target now, never following a symlink there. Without `trust` (a boot-bound state
+    file of another boot) a listed file is checked by size, then by digest."""
+    def probe(path: Path, placed: PlacedFile | None) -> str:
+        st = lstat_or_none(path)
+        if st is None or stat.S_ISLNK(st.st_mode):
+            return "missing"  # a symlink is replaced by the rename (atomically), never followed or adopted
+        if stat.S_ISDIR(st.st_mode):
+            raise DestinationError(f"{path} is a directory where a manifest places a file",
+                                   "remove it, or hydrate into a fresh directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise DestinationError(f"{path} is a FIFO, socket or device where a manifest places a file; "
+                                   "hydrate does not replace it", "remove it, or hydrate into a fresh directory")
+        if placed is not None and not verify and trust and stat_matches(path, placed):
+            return "ok"
+        if placed is not None and not trust and st.st_size != placed.size:
+            return "missing"  # the size says it is not the placed file: no need to hash it
+        return "check"
+    return probe
+
+
+def _parent_checker(joiner: SafeJoiner) -> Callable[[Path, str], None]:
+    """Every directory between a root and a target must be a real directory: writing through a
+    symlink could land anywhere, and a file in the way is a conflict found before any fetch.
+    The lstats come from `joiner`, which took them (once per directory) while joining the same paths."""
+    def check(root: Path, rel: str) -> None:
+        d = str(root)
+        for part in rel.split("/")[:-1]:
+            d = os.path.join(d, part)  # plain strings, as `joiner` keys them: pathlib costs more than the check
+            st = joiner.lstat(d)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise UnsafePath(f"{d} is a symlink; hydrate never writes through one",
+                                 "remove the symlink, or hydrate into a fresh directory")
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                raise DestinationError(f"{d} is a file where a manifest needs a directory",
+                                       "remove it, or hydrate into a fresh directory")
+    return check
+
+
+def _prepare_dest(dest: Path) -> None:
+    ensure_dir(dest)
+    if not os.access(dest, os.W_OK):
+        raise DestinationError(f"destination {dest} is not writable")
+
+
+def _guard_toolchain(dest: Path, state: State | None, fingerprint: Fingerprint) -> None:
+    if state is not None and state.fingerprint_id != fingerprint.id:
+        raise ToolchainMismatch(
+            f"{dest} holds artifacts of toolchain {state.fingerprint_id}; this host is {fingerprint.id}")
+    if state is None and _holds_files(dest):
+        raise ToolchainMismatch(f"{dest} already holds files cachekeeper did not place (unknown toolchain)",
+                                "hydrate into an empty directory; one directory holds one toolchain")
+
+
+def _holds_files(dest: Path) -> bool:
+    """Any file outside the state dir (empty directories a run that placed nothing left do not count)."""
+    for here, dirs, files in os.walk(dest):
+        if here == str(dest):
+            dirs[:] = [d for d in dirs if d != STATE_DIR]
+        if files or any(os.path.islink(os.path.join(here, d)) for d in dirs):
+            return True
+    return False
+
+
+def _still_in_place(state: State, pins: list[Pin], trusted_ids: set[str]) -> bool:
+    """The fast no-op: every wanted manifest was applied (and, if keys are required, passed one of them),
+    and every placed file is unchanged."""
+    for pin in pins:
+        digest = state.manifests.get(pin.name)
+        if digest is None or (pin.digest is not None and pin.digest != digest):
+            return False
+        if trusted_ids and not trusted_ids & set(state.signed.get(pin.name, ())):
+            return False
+    for key, placed in state.files.items():
+        root, _, rel = key.partition("/")
+        if root not in state.roots or not stat_matches(Path(state.roots[root]) / rel, placed):
+            return False
+    return True
+
+
+def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: Path,
+            extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
+            verify: bool = False, require_all: bool = False, threads: int = 16,
+            trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
+            progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
+            node_cache: NodeCache | None = None, max_bytes: int | None = None) -> HydrateReport:
+    """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
+
+    `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
+    `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
+    fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
+    `best_effort` the report says why in `incomplete` (the server starts and compiles the rest). Best
+    effort covers nothing built for this toolchain (`nothing_built`), a failing store and a busy lock too.
+    `durability`: fsync each file, or trust the state file only within this boot, or both (durability.py).
+    `node_cache`: fill the dest from this node's shared copy, fetching into it what it lacks (nodecache.py).
+    `max_bytes`: the dest's budget; entries not wanted now are evicted by last use to fit (usage.py).
+    """
+    t0 = time.monotonic()
+    budget = Deadline(deadline)
+    dest = dest.absolute()
+    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id, durability=durability)
+    try:
+        _hydrate(report, open_store, fingerprint, extra_roots, pins, models, verify, require_all, threads,
+                 trusted, budget, best_effort, progress, _Local(durability, node_cache, max_bytes))
+    except SOFT_ERRORS as exc:
+        if not best_effort:
+            raise
+        # Nothing built, a store that fails, the deadline, a busy lock: the server starts and compiles
+        # what is missing. Corrupt bytes, hostile manifests and an unusable dest are never softened.
+        report.incomplete = exc.message
+        report.nothing_built = isinstance(exc, NothingToHydrate)
+    return _finish(report, t0, budget)
+
+
+# What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error. A dir
+# that holds another toolchain's or foreign files is not softened: the server would read them.
+SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy)
+
+
+@dataclass(frozen=True)
+class _Local:
+    """How this node keeps what it places: durability, the shared node cache, the dest's disk budget."""
+
+    durability: Durability
+    node_cache: NodeCache | None
+    max_bytes: int | None
+
+
+def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
+             extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
+             require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
+             best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local) -> None:
+    dest = report.dest
+    durability, max_bytes = local.durability, local.max_bytes
+    _prepare_dest(dest)
+    roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
+    with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
+        state = load_state(dest)
+        _guard_toolchain(dest, state, fingerprint)
+        trusted_ids = {k.id for k in trusted}
+        trust = state is not None and state_trusted(state, dest)
+        if state is not None and pins is not None and not verify and trust \
+                and _still_in_place(state, pins, trusted_ids) \
+                and not _captured_since(open_store, fingerprint, state, pins, budget):
+            report.noop = True
+            report.manifests = [p.name for p in pins]
+            report.files_total = len(state.files)
+            usage.record_use(dest, report.manifests)
+            if max_bytes is not None:
+                _fit(dest, state, max_bytes, set(report.manifests), report)
+            return
+        with contextlib.ExitStack() as stack:
+            from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
+
+            store, manifests, seen = budget.run(
+                lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
+                                          budget),
+                "reading manifests")
+            stack.callback(store.close)   # the store this run opened: its clients and pools go with it
+            joiner = SafeJoiner()
+            plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
+            if state is None:
+                # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
+                # midway is resumed (present files verified and adopted) rather than refused as foreign.
+                # Only now: a run that found nothing to place (nothing built, a store down) claims nothing.
+                save_state(dest, _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                                                roots={k: str(v) for k, v in roots.items()}), dest, durability))
+            # Only the roots this run writes to are created, marked live and swept.
+            used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
+                | {p.record.root for p in plan.check}
+            tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
+            from_node = _from_node_cache(local.node_cache, plan, store, threads, budget, durability, report,
+                                         roots.values())
+            placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
+                                    roots=roots.values(), durable=fsyncs(durability))
+            placed.update(from_node)
+            have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
+            applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
+            saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen, durability,
+                          trust)
+            if saved is not None:
+                usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
+                if max_bytes is not None:
+                    _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
+                         report)
+        _fill(report, applied, stats, len(have))
+        report.files_fetched += len(from_node)
+        report.bytes_fetched += report.node_fetched_bytes
+        broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
+        report.missing += broken
+        if stats.fatal is not None:
+            raise stats.fatal
+        if stats.incomplete:
+            why = _incomplete_reason(store.url, stats, budget, len(plan.fetch))
+            if not best_effort:
+                raise HydrateIncomplete(why)
+            report.incomplete = why
+        if broken and require_all:
+            raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
+                                   "run `cachekeeper verify`, then prebuild the affected entries again")
+
+
+def _lock_wait(budget: Deadline) -> float:
+    left = budget.left()
+    return 600.0 if left is None else max(0.0, left)
+
+
+def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Path], budget: Deadline) -> str:
+    """Mark this run live in every root, then sweep what killed runs left. A root outside `dest` (a
+    per-host header dir several hydrates share) is swept under its own lock, and only of temp files
+    whose writer is gone: a sweep never deletes another live hydrate's in-flight file."""
+    tag = new_tag()
+    for root in dict.fromkeys(roots.values()):
+        ensure_dir(root)
+        stack.enter_context(LiveTag(state_dir(root) / "live", tag))
+    for root in dict.fromkeys(roots.values()):
+        live = state_dir(root) / "live"
+        if root == dest:
+            sweep_temp(root, live, own=tag)  # under the dest lock, held by the caller
+        else:
+            with FileLock(state_dir(root) / "lock", timeout=_lock_wait(budget)):
+                sweep_temp(root, live, own=tag)
+    return tag
+
+
+def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
+                      models: set[str] | None, report: HydrateReport, require_all: bool,
+                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest], list[str]]:
+    store = open_store()
+    try:
+        # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
+        seen = _captured_names(store, fingerprint) if _takes_captured(pins) else []
+        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget), seen
+    except BaseException:
+        store.close()   # nothing to hydrate, a store error: the caller never sees this store to close it
+        raise
+
+
+def _takes_captured(pins: list[Pin] | None) -> bool:
+    """A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones."""
+    return not any(p.digest for p in pins or ())
+
+
+def _captured_names(store: Store, fingerprint: Fingerprint) -> list[str]:
+    from ..stores.manifests import manifest_keys
+
+    return [mk.name for mk in manifest_keys(store, fingerprint.id, captured=True)]
+
+
+def _captured_since(open_store: Callable[[], Store], fingerprint: Fingerprint, state: State, pins: list[Pin],
+                    budget: Deadline) -> bool:
+    """Whether the store has a captured set this dest has not seen: one listing, no manifest read. A
+    store that does not answer leaves the no-op a no-op (everything wanted is in place)."""
+    if not _takes_captured(pins):
+        return False
+
+    def listed() -> list[str]:
+        store = open_store()
+        try:
+            return _captured_names(store, fingerprint)
+        finally:
+            store.close()
+
+    try:
+        names = budget.run(listed, "listing captured sets")
+    except (StoreError, HydrateIncomplete):
+        return False
+    return bool(set(names) - set(state.captured_seen) - set(state.manifests))
+
+
+def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: int) -> str:
+    kept = f"{stats.files} files placed and kept"
+    if stats.timed_out:
+        return f"the deadline of {budget.seconds:g}s ran out before every blob came from {url}; {kept}"
+    first = next(iter(stats.failed.values()))
+    return f"{len(stats.failed)} of {wanted} blobs could not be fetched ({first}); {kept}"
+
+
+def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport:
+    report.seconds = time.monotonic() - t0
+    report.retries = budget.retries.retries
+    left = budget.left()
+    report.deadline_left = None if left is None else max(0.0, round(left, 3))
+    return report
+
+
+def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
+             report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
+             budget: Deadline | None = None) -> list[Manifest]:
+    if pins is None:
+        entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
+    else:
+        # A GET per pin is the store's answer (no listing: a boot reads only what it wants).
+        entries, _ = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
+        presence = plan_presence(fingerprint.id, [p.name for p in pins], stored={m.name for m in entries})
+        report.missing = list(presence.missing)
+    if not entries or (require_all and report.missing):
+        what = f"lacks {len(report.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
+        others = other_toolchains(store, fingerprint.backend, fingerprint)
+        detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
+        raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
+    # A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones.
+    return with_shared(store, fingerprint, entries, trusted, captured=not any(p.digest for p in pins or ()),
+                       deadline=budget)
+
+
+def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],
+          roots: Mapping[str, Path], placed: dict[str, PlacedFile], trusted_ids: list[str],
+          captured_seen: list[str], durability: Durability = DEFAULT_DURABILITY, trust: bool = True) -> State | None:
+    """Old entries that are still intact (this covers files the plan kept), plus what was just placed.
+    An untrusted old state (another boot) contributes only what this run verified again. None: nothing
+    was placed and nothing was claimed before, so the dest is left unclaimed."""
+    if durability == "fsync" and old is not None and trust and old.files and boot_bound(old.durability):  # type: ignore[arg-type]
+        durability = "both"  # the files it keeps were never fsynced: this state may speak only for this boot
+    state = _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                           roots={k: str(v) for k, v in roots.items()}), dest, durability)
+    if old is not None and not trust:
+        old = State(manifests=old.manifests, signed=old.signed, captured_seen=old.captured_seen)
+    if old is not None:
+        state.manifests.update(old.manifests)
+        state.signed.update(old.signed)
+        state.files.update({k: f for k, f in old.files.items()
+                            if k.partition("/")[0] in roots
+                            and stat_matches(roots[k.partition("/")[0]] / k.partition("/")[2], f)})
+    state.files.update(placed)
+    state.manifests.update({m.name: m.digest for m in manifests})
+    state.signed.update({m.name: trusted_ids for m in manifests})
+    state.captured_seen = sorted(set(captured_seen) | (set(old.captured_seen) if old else set()))
+    if old is None and not state.files and not state.manifests:
+        drop_state(dest)   # a run that placed nothing claims nothing: the next toolchain may use the dir
+        return None
+    save_state(dest, state)
+    return state
+
+
+def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport) -> None:
+    """Evict entries this run does not want, by last use, until the dest fits `max_bytes`."""
+    ev = usage.plan(dest, state, max_bytes, keep=wanted)
+    usage.apply(dest, state, ev)
+    report.evicted = [e.name for e in ev.evict]
+    if ev.short:
+        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "
+                               "left is wanted now or was used within the last hour")
+
+
+def _stamped(state: State, dest: Path, durability: Durability) -> State:
+    """The state as this run writes it: how it was made durable, in which boot, on which filesystem."""
+    state.durability, state.boot_id, state.filesystem = durability, boot_id(), filesystem(dest)
+    return state
+
+
+def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, threads: int, budget: Deadline,
+                     durability: Durability, report: HydrateReport, roots: Iterable[Path]) -> dict[str, PlacedFile]:
+    """Place what the plan would fetch from the node cache (fetching into it what it lacks); the plan is
+    left with only what must still come straight from the store. Fallbacks are reported, never fatal."""
+    if node is None or not plan.fetch:
+        return {}
+    from .fetch import execute
+
+    why = node.open() or node.room_for(plan.fetch_bytes)
+    if why:
+        report.warnings.append(why)
+        return {}
+
+    def fetch(sub: HydratePlan, roots: list[Path], tag: str) -> tuple[dict[str, PlacedFile], int]:
+        got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=fsyncs(durability))
+        if isinstance(stats.fatal, DestinationError):  # the node cache filled up or broke meanwhile
+            report.warnings.append(f"node cache {node.root} failed ({stats.fatal.message}); "
+                                   "what it lacks is fetched straight into the dest")
+        return got, stats.bytes
+
+    placed, rest = node.serve(plan, fetch, budget)
+    if fsyncs(durability):  # the links' new directories, durable before the state file names their files
+        from .fetch import sync_new_dirs
+
+        sync_new_dirs({os.path.dirname(p.target) for ps in plan.fetch.values() for p in ps
+                       if file_key(p.record.root, p.record.path) in placed}, roots, threads)
+    plan.fetch = rest.fetch
+    report.node_linked, report.node_copied = node.report.linked, node.report.copied
+    report.node_fetched_bytes = node.report.fetched_bytes
+    report.warnings += node.report.warnings
+    return placed
+
+
+def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, total: int) -> None:
+    report.manifests = [m.name for m in manifests]
+    report.files_total = total
+    report.files_fetched = stats.files
+    report.bytes_fetched = stats.bytes
+    report.files_verified_local = stats.verified_local

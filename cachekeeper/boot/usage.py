@@ -1,0 +1,125 @@
+"""A dest's disk budget: which entries it holds, when each was last used, and eviction by last use.
+
+    <dest>/.cachekeeper/used/<entry name>.json   the entry's files ("root/path" keys); the file's mtime is
+                                                 the entry's last use (hydrate sets it; `record_use` too)
+
+Eviction removes whole entries, least recently used first, and never one that is wanted by the running
+hydrate, named by a kept lockfile, or used within `min_age` seconds (a server may be reading it). It runs
+under the dest lock: the state file drops the entry first (atomically), then its files go (those no kept
+entry also places), then its record; a kill between leaves files the state does not name, which a later
+hydrate adopts by their hash or a later gc leaves alone (never a listed file that is gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fs.atomic import atomic_write_bytes
+from .state import State, save_state, state_dir
+
+USED = "used"
+
+
+def _record(dest: Path, name: str) -> Path:
+    return state_dir(dest) / USED / f"{name}.json"
+
+
+def record(dest: Path, entries: dict[str, list[str]]) -> None:
+    """The files of each entry just applied, and now as its last use (not fsynced: a lost record only
+    makes an entry look older)."""
+    for name, keys in entries.items():
+        atomic_write_bytes(_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
+
+
+def record_use(dest: Path, names: Iterable[str]) -> None:
+    """Mark entries used now (the no-op hydrate, the runtime helper): one utime each, no write."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.utime(_record(dest, name))
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    files: tuple[str, ...]
+    size: int
+    last_use: float
+
+
+@dataclass
+class Eviction:
+    held: int = 0                                       # bytes the dest's entries hold now
+    evict: list[Entry] = field(default_factory=list)    # least recently used first
+    freed: int = 0
+    short: int = 0                                      # bytes still over the budget after evicting all it may
+
+
+def entries(dest: Path, state: State) -> list[Entry]:
+    """The dest's entries with their size (of the files the state lists) and last use, oldest first."""
+    out: list[Entry] = []
+    for name in state.manifests:
+        path = _record(dest, name)
+        try:
+            keys = tuple(json.loads(path.read_bytes()))
+            used = os.stat(path).st_mtime
+        except (OSError, ValueError):
+            keys, used = (), 0.0   # placed before records existed: oldest, and frees what the state lists of it
+        out.append(Entry(name, keys, sum(state.files[k].size for k in keys if k in state.files), used))
+    return sorted(out, key=lambda e: e.last_use)
+
+
+def plan(dest: Path, state: State, max_bytes: int, *, keep: Collection[str] = (), min_age: float = 3600.0,
+         now: float | None = None) -> Eviction:
+    """What to evict so the dest's files fit `max_bytes`. Files two entries share count once and go only
+    with the last of them."""
+    now = time.time() if now is None else now
+    all_entries = entries(dest, state)
+    held = sum(f.size for f in state.files.values())
+    ev = Eviction(held=held)
+    over = held - max_bytes
+    claimed: dict[str, int] = {}
+    for e in all_entries:
+        for k in e.files:
+            claimed[k] = claimed.get(k, 0) + 1
+    for e in all_entries:
+        if over <= 0:
+            break
+        if e.name in keep or now - e.last_use < min_age:
+            continue
+        ev.evict.append(e)
+        for k in e.files:
+            claimed[k] -= 1
+            if claimed[k] == 0 and k in state.files:
+                ev.freed += state.files[k].size
+                over -= state.files[k].size
+    ev.short = max(0, over)
+    return ev
+
+
+def apply(dest: Path, state: State, ev: Eviction) -> None:
+    """Evict `ev.evict` from `dest` (the caller holds the dest lock)."""
+    if not ev.evict:
+        return
+    gone = {e.name for e in ev.evict}
+    kept_files = {k for e in entries(dest, state) if e.name not in gone for k in e.files}
+    drop = {k for e in ev.evict for k in e.files if k not in kept_files and k in state.files}
+    for name in gone:
+        state.manifests.pop(name, None)
+        state.signed.pop(name, None)
+    for k in drop:
+        del state.files[k]
+    save_state(dest, state)   # first: the state never names a file that is gone
+    for k in sorted(drop):
+        root, _, rel = k.partition("/")
+        if root in state.roots:
+            with contextlib.suppress(FileNotFoundError):
+                (Path(state.roots[root]) / rel).unlink()
+    for name in gone:
+        with contextlib.suppress(FileNotFoundError):
+            _record(dest, name).unlink()

@@ -1,0 +1,162 @@
+"""Optional ed25519 signatures over manifests, like Nix's signed narinfo.
+
+A signature signs the manifest's exact bytes and is stored beside the bucket's manifests at
+`signatures/<manifest sha256>` (layout.py) (keyed by digest, so racing builders never overwrite each other's).
+Publishers sign with a private key (`CACHEKEEPER_SIGNING_KEY`, a PEM file); hydrate, given trusted
+public keys, refuses any manifest without a valid signature from one of them. `cryptography` is
+imported only when keys are used.
+
+Keys have a role, because an artifact is code every host of a toolchain runs. **Builder** keys
+(`--trusted-key` / `CACHEKEEPER_TRUSTED_KEYS`) sign prebuilt manifests (entries, shared sets); **capture**
+keys (`--capture-key` / `CACHEKEEPER_CAPTURE_KEYS`) sign only captured sets, which serving hosts write.
+A captured set signed by a builder key, or a prebuilt manifest signed by a capture key, is refused, and
+one key listed in both roles is a usage error: a serving host's key can never sign what every host runs.
+
+A signature binds a manifest's identity because it covers the exact bytes, and the bytes name the entry
+key, the fingerprint id and the kind. Hydrate compares those with what it asked for
+(`hydrate.resolve.check_identity`), so a validly signed manifest of entry B stored at A's key is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import IntegrityError, ObjectNotFound, UntrustedManifest, UsageError
+from .layout import signature_key
+
+__all__ = ["BUILDER", "CAPTURE", "Objects", "PublicKey", "SigningKey", "keyring", "publish_signature",
+           "require_signature"]
+
+PREFIX = "ed25519:"
+BUILDER = "builder"
+CAPTURE = "capture"
+
+
+class Objects(Protocol):
+    """The two calls signatures need from a store (`stores.base.Store` has them): the format layer
+    imports nothing above it."""
+
+    def put_bytes(self, key: str, data: bytes) -> bool: ...
+    def get_bytes(self, key: str) -> bytes: ...
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise UsageError("signing needs the `cryptography` package", "pip install cachekeeper[sign]") from None
+    return ed25519
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    raw: bytes
+    role: str = BUILDER     # BUILDER: signs prebuilt manifests; CAPTURE: signs captured sets only
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()[:16]
+
+    def __str__(self) -> str:
+        return PREFIX + base64.b64encode(self.raw).decode()
+
+    @classmethod
+    def parse(cls, text: str, role: str = BUILDER) -> PublicKey:
+        try:
+            raw = base64.b64decode(text.strip().removeprefix(PREFIX), validate=True)
+        except ValueError:
+            raw = b""
+        if not text.strip().startswith(PREFIX) or len(raw) != 32:
+            raise UsageError(f"not an ed25519 public key: {text.strip()[:40]!r}",
+                             "use the `ed25519:...` line `cachekeeper keygen` printed")
+        return cls(raw, role)
+
+
+def keyring(builder: Iterable[str], capture: Iterable[str] = ()) -> tuple[PublicKey, ...]:
+    """Builder keys, then capture keys; a key in both roles, or capture keys without builder keys
+    (nothing prebuilt could be trusted), is refused."""
+    builders = tuple(PublicKey.parse(k, BUILDER) for k in builder)
+    captures = tuple(PublicKey.parse(k, CAPTURE) for k in capture)
+    both = {k.id for k in builders} & {k.id for k in captures}
+    if both:
+        raise UsageError(f"key {sorted(both)[0]} is listed as a capture key and as a builder (trusted) key; "
+                         "a serving host's key must never sign prebuilt manifests",
+                         "list each key once: builders' keys as trusted keys, serving hosts' keys as capture keys")
+    if captures and not builders:
+        raise UsageError("capture keys were given without any builder (trusted) key",
+                         "add the builders' public keys as trusted keys")
+    return builders + captures
+
+
+class SigningKey:
+    def __init__(self, private: Any) -> None:
+        self._private = private
+        from cryptography.hazmat.primitives import serialization
+
+        self.public = PublicKey(private.public_key().public_bytes(serialization.Encoding.Raw,
+                                                                  serialization.PublicFormat.Raw))
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        return cls(_crypto().Ed25519PrivateKey.generate())
+
+    @classmethod
+    def load(cls, path: Path) -> SigningKey:
+        _crypto()
+        from cryptography.hazmat.primitives import serialization
+
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (OSError, ValueError, TypeError) as exc:
+            raise UsageError(f"cannot load signing key {path}: {exc}", "create one with `cachekeeper keygen`",
+                             path=str(path)) from None
+        if not isinstance(key, _crypto().Ed25519PrivateKey):
+            raise UsageError(f"{path} is not an ed25519 private key", "create one with `cachekeeper keygen`",
+                             path=str(path))
+        return cls(key)
+
+    def pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
+        return bytes(self._private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+
+    def sign(self, manifest_bytes: bytes) -> bytes:
+        sig = self._private.sign(manifest_bytes)
+        return json.dumps({"key_id": self.public.id, "signature": base64.b64encode(sig).decode()},
+                          sort_keys=True).encode()
+
+
+def publish_signature(store: Objects, key: SigningKey, manifest_bytes: bytes) -> None:
+    """Written before the manifest itself, so a signing publisher never exposes an unsigned manifest."""
+    store.put_bytes(signature_key(hashlib.sha256(manifest_bytes).hexdigest()), key.sign(manifest_bytes))
+
+
+def require_signature(store: Objects, manifest_bytes: bytes, trusted: Iterable[PublicKey], source: str,
+                      role: str = BUILDER) -> None:
+    """Raise IntegrityError unless a trusted key of `role` signed exactly these bytes."""
+    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    try:
+        doc = json.loads(store.get_bytes(signature_key(digest)))
+        key_id, sig = str(doc["key_id"]), base64.b64decode(doc["signature"])
+    except ObjectNotFound:
+        raise UntrustedManifest(f"{source} is not signed, and trusted keys are required") from None
+    except (ValueError, KeyError, TypeError):
+        raise IntegrityError(f"{source} has an unreadable signature") from None
+    key = next((k for k in trusted if k.id == key_id), None)
+    if key is None:
+        raise UntrustedManifest(f"{source} is signed by key {key_id}, which is not trusted", key=key_id)
+    if key.role != role:
+        what = "prebuilt manifests" if key.role == BUILDER else "captured sets"
+        raise UntrustedManifest(f"{source} is signed by {key.role} key {key_id}, which may sign only {what}",
+                                key=key_id)
+    try:
+        _crypto().Ed25519PublicKey.from_public_bytes(key.raw).verify(sig, manifest_bytes)
+    except Exception:  # cryptography raises InvalidSignature
+        raise IntegrityError(f"{source} has an invalid signature from key {key_id}") from None

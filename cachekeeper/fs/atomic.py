@@ -1,0 +1,162 @@
+"""The one way cachekeeper writes files: temp file in the same directory, fsync, rename.
+
+Readers never see a partial file, and a kill -9 at any point leaves at most a stray `*.ck-tmp` file that
+`fs.locks.sweep_temp` removes later. Paths that come from manifests go through `fs.paths.safe_join` first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import DestinationError, IntegrityError
+from .paths import ensure_dir, temp_path
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a directory's entries (a rename, a new child) durable; best effort where unsupported."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+WRITEBACK_EVERY = 8 << 20
+
+
+def _sync_file_range() -> Callable[[int, int, int], object] | None:
+    """Linux's sync_file_range(2): start writing a file's dirty pages back now, without waiting."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+        fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+        return lambda fd, off, n: fn(fd, off, n, 2)  # SYNC_FILE_RANGE_WRITE
+    except (OSError, AttributeError):
+        return None
+
+
+_UNSET: object = object()
+_writeback: object = _UNSET   # resolved on first use: ctypes stays off the no-op hydrate's imports
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    global _writeback
+    if _writeback is _UNSET:
+        _writeback = _sync_file_range()
+    if _writeback is not None:
+        _writeback(fd, offset, length)  # type: ignore[operator]
+
+
+class AtomicFile:
+    """A temp file beside `path` that becomes `path` on `commit()`; `abort()` (or a crash) leaves only
+    a temp file a later sweep removes. Every OS failure is a one-line DestinationError.
+
+    Large files start their writeback every few MiB (sync_file_range), so the fsync in `commit` finds
+    little left to flush: durability costs overlap the download instead of following it."""
+
+    def __init__(self, path: Path, tag: str | None = None) -> None:
+        self.path = path
+        self.tmp = temp_path(path, tag)
+        self._written = 0
+        self._flushed = 0
+        try:
+            self.f: BinaryIO = open(self.tmp, "xb", buffering=0)  # noqa: SIM115 - closed by commit/abort
+        except OSError as exc:
+            raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+
+    def pwrite(self, data: bytes, offset: int) -> None:
+        """Write at `offset` (parallel ranged downloads of one file); starts writeback of what it wrote."""
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(self.f.fileno(), view, offset)
+                view, offset = view[n:], offset + n
+            if len(data) >= WRITEBACK_EVERY // 8:
+                _start_writeback(self.f.fileno(), offset - len(data), len(data))
+        except OSError as exc:
+            raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
+
+    def write(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:  # unbuffered: a short write is possible
+                view = view[self.f.write(view):]
+            self._written += len(data)
+            if self._written - self._flushed >= WRITEBACK_EVERY:
+                _start_writeback(self.f.fileno(), self._flushed, self._written - self._flushed)
+                self._flushed = self._written
+        except OSError as exc:
+            self.abort()
+            raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
+
+    def commit(self, *, fsync: bool) -> os.stat_result:
+        """Rename into place (atomically replacing a file or a symlink there, never following it);
+        with `fsync`, the data is on disk first. Returns the placed file's lstat."""
+        try:
+            self.f.flush()
+            if fsync:
+                os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.path)
+            return os.lstat(self.path)
+        except OSError as exc:
+            self.abort()
+            raise DestinationError(f"cannot place {self.path}: {exc.strerror}") from None
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self.f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path, *, exclusive: bool = False, durable: bool = True,
+                  tag: str | None = None) -> Iterator[BinaryIO]:
+    """Yield a file that becomes `path` only if the block finishes without raising.
+
+    `exclusive=True` refuses to replace an existing file (immutable objects): it raises FileExistsError.
+    """
+    ensure_dir(path.parent)
+    tmp = temp_path(path, tag)
+    try:
+        f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
+    except OSError as exc:
+        raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+    try:
+        with f:
+            yield f
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        if exclusive:
+            # link() fails if the name exists: an exclusive, atomic publish.
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, expected_sha256: str | None = None,
+                       exclusive: bool = False, durable: bool = True) -> None:
+    """Write `data` to `path` atomically, after checking it against `expected_sha256` if given."""
+    if expected_sha256 is not None:
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected_sha256:
+            raise IntegrityError(f"{path.name}: sha256 {actual[:12]}… != expected {expected_sha256[:12]}…")
+    with atomic_writer(path, exclusive=exclusive, durable=durable) as f:
+        f.write(data)
