@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError, ObjectNotFound
 from ..format.layout import ReportKey, parse_report_key, report_key, report_prefix
-from ..runtime.miss_watch import SPOOL_SUFFIX, CallRecord
+from ..format.spool import SPOOL_SUFFIX, CallRecord
 
 if TYPE_CHECKING:
     from ..stores.base import Store

@@ -22,49 +22,20 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from ..format.spool import SPOOL_SUFFIX, CallRecord
 
 log = logging.getLogger("cachekeeper.runtime")
 
 SPOOL_ENV = "CACHEKEEPER_SPOOL"
 MODEL_ENV = "CACHEKEEPER_MODEL"
-RECORD_VERSION = 1
-SPOOL_SUFFIX = ".jsonl"
 MAX_SPOOL_BYTES = 16 << 20     # per spool file: a reporter that stopped must not fill the disk
 # The cache dirs the built-in backends' runtimes write (what hydrate --print-env exports).
 CACHE_ENVS = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL",
               "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT")
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One pipeline call: its graph-changing arguments, whether it compiled, how long it took."""
-
-    model: str
-    height: int | None
-    width: int | None
-    batch: int                       # prompts x images per prompt: the batch the graph was compiled for
-    guidance: float | None
-    max_sequence_length: int | None
-    compiled: bool
-    new_files: int
-    wall_s: float
-    time: float                      # unix seconds at the call's end
-    v: int = RECORD_VERSION
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CallRecord:
-        return cls(model=str(d["model"]), height=_int_or_none(d.get("height")), width=_int_or_none(d.get("width")),
-                   batch=int(d["batch"]), guidance=None if d.get("guidance") is None else float(d["guidance"]),
-                   max_sequence_length=_int_or_none(d.get("max_sequence_length")), compiled=bool(d["compiled"]),
-                   new_files=int(d["new_files"]), wall_s=float(d["wall_s"]), time=float(d["time"]),
-                   v=int(d.get("v", 0)))
-
-
-def _int_or_none(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def spool_dir() -> Path:
