@@ -23,6 +23,7 @@ import pytest
 from cachekeeper.backends.inductor import aot
 from tests.backends import test_inductor_aot as aot_test
 from tests.backends.test_inductor_aot import warnings
+from tests.fakes import served
 from tests.test_inductor_loop import run
 
 pytestmark = pytest.mark.torch
@@ -62,6 +63,7 @@ def instance(pipelines: Path, tmp_path_factory: pytest.TempPathFactory) -> Insta
     dest = tmp / "instance" / "ck"
     run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest", str(dest)], boot,
         tmp / "instance")
+    dest = served(dest)   # the toolchain's own dir under the dest, which the env names
     return Instance(tmp, tmp / "models", dest, {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)})
 
 

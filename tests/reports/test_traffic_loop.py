@@ -20,7 +20,7 @@ import pytest
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.manifests import manifest_keys
-from tests.fakes import ENABLE, fake_config
+from tests.fakes import ENABLE, fake_config, served
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "# the fleet's matrix: edited by hand, and by `suggest --apply`\n"
@@ -81,6 +81,7 @@ def test_an_undeclared_shape_served_is_reported_suggested_prebuilt_and_then_serv
 
     host1, spool = fleet.tmp / "host1", fleet.tmp / "spool1"
     fleet.ck("hydrate", "--config", str(fleet.config), "--dest", str(host1))
+    host1 = served(host1)   # the toolchain's own dir, which the env names
     assert fleet.serve(host1, 64, 64, 2, spool) == 0, "the declared shape was prebuilt"
     assert fleet.serve(host1, 96, 64, 3, spool) == 1, "the undeclared shape compiles once on this host"
     sent = json.loads(fleet.ck("report", "--config", str(fleet.config), "--spool", str(spool), "--json").stdout)
@@ -106,6 +107,7 @@ def test_an_undeclared_shape_served_is_reported_suggested_prebuilt_and_then_serv
 
     host2 = fleet.tmp / "host2"
     fleet.ck("hydrate", "--config", str(fleet.config), "--dest", str(host2))
+    host2 = served(host2)
     assert fleet.serve(host2, 96, 64, 3, fleet.tmp / "spool2") == 0, "the fresh host compiles nothing"
     again = fleet.ck("report", "--config", str(fleet.config), "--spool", str(fleet.tmp / "spool2"), "--json")
     assert json.loads(again.stdout)["compiled"] == 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import ENABLE, fake_config
+from tests.fakes import ENABLE, fake_config, served
 from tests.harness.seaweedfs import RolesServer
 
 pytestmark = pytest.mark.services
@@ -88,10 +88,11 @@ def test_a_server_identity_cannot_publish_a_blob_or_a_manifest(world: dict[str, 
     server.env.pop("FAKE_TOOLCHAIN", None)
     dest = server.tmp / "capturing"
     server.run("hydrate", "--config", str(server.config), "--dest", str(dest))
-    (dest / "new").mkdir()
-    (dest / "new" / "runtime.neff").write_bytes(b"compiled under traffic")
-    old = (dest / "new" / "runtime.neff").stat().st_mtime_ns - 5_000_000_000
-    os.utime(dest / "new" / "runtime.neff", ns=(old, old))
+    served_dir = served(dest)   # the runtime writes into the toolchain's own dir, which the env names
+    (served_dir / "new").mkdir()
+    (served_dir / "new" / "runtime.neff").write_bytes(b"compiled under traffic")
+    old = (served_dir / "new" / "runtime.neff").stat().st_mtime_ns - 5_000_000_000
+    os.utime(served_dir / "new" / "runtime.neff", ns=(old, old))
     proc = server.run("capture", "--config", str(server.config), "--dest", str(dest), "--publish",
                       "--settle", "0.05", ok=False)
     lines = errors(proc)
