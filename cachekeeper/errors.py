@@ -51,6 +51,22 @@ class ConfigError(CachekeeperError):
     exit_code = 2
 
 
+class LockfileError(UsageError):
+    """A lockfile (`path`) that does not exist or is not one this release reads."""
+
+
+class SigningKeyError(UsageError):
+    """A signing key file (`path`) that cannot be loaded or holds no ed25519 private key."""
+
+
+class PublicKeyError(UsageError):
+    """Text given as a trusted public key that is not an ed25519 public key."""
+
+
+class UnknownId(UsageError):
+    """An id prefix that names no fingerprint the catalog knows."""
+
+
 # --- storage (3) and what a store holds (4) ------------------------------------------------------
 
 class StoreError(CachekeeperError):
@@ -148,6 +164,10 @@ class ToolchainMismatch(CachekeeperError):
     exit_code = 6
 
 
+class LockfileMismatch(ToolchainMismatch):
+    """A lockfile (`path`) pins a toolchain (`fingerprint`) other than this host's."""
+
+
 class DeviceCheckFailed(ToolchainMismatch):
     """`doctor --device-check`: a fresh server on a hydrated dir compiled anyway (the runtime's key covers
     something the toolchain fingerprint does not, or the runtime does not read the dir)."""
@@ -161,6 +181,10 @@ class BuildFailed(CachekeeperError):
 
 class NothingToHydrate(CachekeeperError):
     exit_code = 8
+
+
+class BlobsMissing(NothingToHydrate):
+    """The store (`url`) lacks blobs its manifests name, and every entry was required."""
 
 
 class DestinationError(CachekeeperError):

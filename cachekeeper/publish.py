@@ -93,7 +93,6 @@ def plan_upload(store: Store, local: list[LocalFile]) -> UploadPlan:
             send.append(b)
         elif present != b.record.size:  # immutable: a bad object can only be deleted, never replaced
             raise IntegrityError(f"{store.url}/{key} is {present} bytes, expected {b.record.size}",
-                                 "`cachekeeper verify` finds and repairs the bad copy; then prebuild again",
                                  url=store.url, key=key)
     return UploadPlan(files, [b.record for b in blobs], send, len(blobs) - len(send))
 

@@ -53,6 +53,10 @@ def _commands() -> dict[tuple[str, ...], set[str]]:
 
 COMMANDS = _commands()
 ALL_FLAGS = set().union(*COMMANDS.values())
+GROUPS = {path[:-1] for path in COMMANDS if path}   # command paths that take a subcommand
+TOP_COMMANDS = {path[0] for path in COMMANDS if path}
+# "cachekeeper <a top-level command>", quoted or not: how a text names a command.
+COMMAND_NAMED = re.compile(r"\bcachekeeper ([a-z][a-z-]*)")
 
 
 def _unknown_flags(text: str) -> list[str]:
@@ -67,8 +71,10 @@ def _unknown_flags(text: str) -> list[str]:
             if (*path, word) not in COMMANDS:
                 break
             path = (*path, word)
-        if not path:
+        rest = words[1 + len(path):]
+        if not path or (path in GROUPS and rest and not rest[0].startswith("-")):
             bad.append(f"`{span}`: no such command")
+            continue
         bad += [f"`{span}`: {flag}" for flag in FLAG.findall(span) if flag not in COMMANDS[path]]
     outside = re.sub(r"`[^`]*`", "", text)
     return bad + [flag for flag in FLAG.findall(outside) if flag not in ALL_FLAGS]
@@ -178,6 +184,8 @@ def test_the_scan_finds_raise_sites_with_flags() -> None:
     assert _unknown_flags("run `cachekeeper hydrate --lock-timeout 5`") == [
         "`cachekeeper hydrate --lock-timeout 5`: --lock-timeout"]
     assert _unknown_flags("run `cachekeeper nosuch`") == ["`cachekeeper nosuch`: no such command"]
+    assert _unknown_flags("run `cachekeeper db nosuch`") == ["`cachekeeper db nosuch`: no such command"]
+    assert _unknown_flags("run `cachekeeper db upgrade --help` or `cachekeeper prebuild CONFIG`") == []
 
 
 LIBRARY = sorted({p.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py")} - {"cli", "__pycache__"})
@@ -239,3 +247,39 @@ def test_the_cli_prints_the_message_and_the_table_hint_and_exits_with_the_class_
     assert result.exit_code == 10
     assert result.output.splitlines() == ["error: /d/lock is locked by another process",
                                           f"hint: {HINTS[errors.LockBusy].subject.format(path='/d/lock')}"]
+
+
+def _named_commands(text: str) -> list[str]:
+    return [name for name in COMMAND_NAMED.findall(text) if name in TOP_COMMANDS]
+
+
+@pytest.mark.parametrize("area", LIBRARY)
+def test_library_errors_name_no_cli_command(area: str) -> None:
+    # Next steps that name a command are rows of cli/hints.py, keyed by the error's class (with its fields).
+    paths = [PACKAGE / area] if area.endswith(".py") else sorted((PACKAGE / area).rglob("*.py"))
+    named = [f"{p.relative_to(ROOT)}:{line}: {text}" for p in paths for line, text in _raise_site_texts(p)
+             if _named_commands(text)]
+    assert named == []
+
+
+def test_the_command_scan_can_fail() -> None:
+    assert _named_commands("create one with `cachekeeper lock`") == ["lock"]
+    assert _named_commands("run cachekeeper verify, then prebuild") == ["verify"]
+    assert _named_commands("this cachekeeper reads version 1; files cachekeeper did not place") == []
+    # The table does name commands, so the same scan sees them there.
+    assert any(_named_commands(row.text) for row in HINTS.values())
+
+
+@pytest.mark.parametrize(("exc", "hint"), [
+    (errors.LockfileError("lockfile /l.json does not exist", path="/l.json"),
+     "create /l.json with `cachekeeper lock` (again, if it is from another release)"),
+    (errors.LockfileMismatch("/l.json pins toolchain a; this host is b", path="/l.json", fingerprint="a"),
+     "regenerate /l.json on a host like this one (`cachekeeper lock`)"),
+    (errors.SigningKeyError("/k.pem is not an ed25519 private key", path="/k.pem"),
+     "create a signing key at /k.pem with `cachekeeper keygen`"),
+    (errors.BlobsMissing("s3://b lacks blobs of 1 manifests (m)", url="s3://b"),
+     "run `cachekeeper verify`, then prebuild the affected entries again"),
+], ids=lambda v: type(v).__name__ if isinstance(v, errors.CachekeeperError) else "")
+def test_next_steps_moved_out_of_the_library_render_from_the_error_fields(
+        exc: errors.CachekeeperError, hint: str) -> None:
+    assert exc.hint == "" and hint_for(exc) == hint

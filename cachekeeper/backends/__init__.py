@@ -16,26 +16,6 @@ REGISTRY: dict[str, str] = {
     "neuron_xla": "cachekeeper.backends.neuron_xla:NeuronXlaBackend",
 }
 
-# Compile modes each backend supports (config validation reads this without importing backends).
-MODES: dict[str, tuple[str, ...]] = {
-    "inductor": ("full", "repeated_blocks", "aot"),
-    "neuron": ("eager", "full", "repeated_blocks"),
-    "neuron_xla": ("full",),
-    "tpu": ("eager", "defer_and_fuse", "full", "repeated_blocks"),
-}
-
-
-def mode_key_options(mode: str, *, pipeline: bool = False) -> dict[str, str]:
-    """Entry-key options a compile mode adds (light: no backend runtime imported). Inductor's `aot`
-    functions embed the model's bytecode, so the installed diffusers build is part of what they are for;
-    one captured from a pipeline call (`pipeline`) also depends on transformers (the text encoders)."""
-    if mode != "aot":
-        return {}
-    from .inductor.aot import key_options
-
-    return dict(key_options(pipeline=pipeline))
-
-
 def registry() -> dict[str, str]:
     """Built-in backends plus plugins named in CACHEKEEPER_BACKENDS ("name=module:Class,...")."""
     out = dict(REGISTRY)
@@ -48,10 +28,27 @@ def registry() -> dict[str, str]:
 
 
 def modes_for(name: str) -> tuple[str, ...]:
-    return MODES[name] if name in MODES else get_backend(name).modes
+    """The compile modes backend `name` declares (Backend.modes)."""
+    return backend_class(name).modes
+
+
+def can_offload(name: str) -> bool:
+    """Whether backend `name` runs a pipeline warm-up with CPU offload (Backend.can_offload)."""
+    return backend_class(name).can_offload
+
+
+def mode_key_options(backend: str, mode: str, *, pipeline: bool = False) -> dict[str, str]:
+    """Entry-key options backend `backend`'s compile mode `mode` adds (Backend.mode_key_options)."""
+    return get_backend(backend).mode_key_options(mode, pipeline=pipeline)
 
 
 def get_backend(name: str) -> Backend:
+    backend: Backend = backend_class(name)()
+    return backend
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class registered as `name` (its module imported; light by the registry's rule)."""
     known_backends = registry()
     try:
         target = known_backends[name]
@@ -68,5 +65,4 @@ def get_backend(name: str) -> Backend:
     if not (isinstance(klass, type) and issubclass(klass, Backend)):
         raise UsageError(f"backend {name!r} ({target}) is not a cachekeeper.backends.base.Backend subclass",
                          "a plugin backend subclasses Backend; cachekeeper.testing.BackendConformance checks one")
-    backend: Backend = klass()
-    return backend
+    return klass

@@ -59,7 +59,9 @@ class BuildCommand:
 class Backend(abc.ABC):
     name: ClassVar[str]
     env_var: ClassVar[str]           # points the runtime at the `cache` root
-    modes: ClassVar[tuple[str, ...]]
+    # What the config planner asks a backend (defaults suit a plugin that declares nothing more):
+    modes: ClassVar[tuple[str, ...]] = ("full",)            # compile modes it builds; "full" is everyone's
+    can_offload: ClassVar[bool] = True                       # runs a pipeline warm-up with CPU offload
     shared_roots: ClassVar[frozenset[str]] = frozenset()   # roots published once per toolchain
     default_cache_dir: ClassVar[str | None] = None          # the runtime's own default when env_var is unset
 
@@ -70,6 +72,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
         """None if this host can build/hydrate for the backend (with these options), else why not."""
+
+    def mode_key_options(self, mode: str, *, pipeline: bool = False) -> dict[str, str]:
+        """Entry-key options a compile mode adds beyond the model's own (e.g. the library versions a
+        precompiled function embeds); `pipeline`: the entry warms up the whole pipeline. Light: the config
+        planner calls it on every host, hydrate included."""
+        return {}
 
     def device_reason(self, options: Mapping[str, str]) -> str | None:
         """None if this host has the device that builds and servers run on, else why not (doctor reports it;

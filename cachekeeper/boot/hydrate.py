@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import (
+    BlobsMissing,
     DestinationError,
     HydrateIncomplete,
     LockBusy,
@@ -287,8 +288,8 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                 raise HydrateIncomplete(why)
             report.incomplete = why
         if broken and require_all:
-            raise NothingToHydrate(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
-                                   "run `cachekeeper verify`, then prebuild the affected entries again")
+            raise BlobsMissing(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
+                               url=store.url)
 
 
 def _lock_wait(budget: Deadline) -> float:

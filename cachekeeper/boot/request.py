@@ -17,7 +17,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from ..errors import BackendUnavailable, ConfigError, ToolchainMismatch, UsageError
+from ..errors import BackendUnavailable, ConfigError, LockfileMismatch, ToolchainMismatch, UsageError
 from ..format.manifest import KIND_ENTRY
 from .resolve import Pin, read_lockfile
 
@@ -198,9 +198,8 @@ def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
     locked, here = req.locked_fingerprint, req.toolchain.fingerprint.id
     if locked is None or locked == here:
         return None
-    return ToolchainMismatch(f"{req.lockfile} pins toolchain {locked}; this host is {here}",
-                             "regenerate the lockfile on a host like this one (`cachekeeper lock`)",
-                             path=req.lockfile, fingerprint=locked)
+    return LockfileMismatch(f"{req.lockfile} pins toolchain {locked}; this host is {here}",
+                            path=req.lockfile, fingerprint=locked)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import IntegrityError, ManifestError, ObjectNotFound, ToolchainMismatch, UnsafePath, UsageError
+from ..errors import (
+    IntegrityError,
+    LockfileError,
+    ManifestError,
+    ObjectNotFound,
+    ToolchainMismatch,
+    UnsafePath,
+    UsageError,
+)
 from ..format.fingerprint import Fingerprint
 from ..format.layout import is_captured_name, manifest_key
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
@@ -179,14 +187,12 @@ def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
     try:
         doc = json.loads(path.read_text())
         if doc.get("version") != LOCK_VERSION:
-            raise UsageError(f"{path}: unknown lockfile version {doc.get('version')!r}", path=str(path))
+            raise LockfileError(f"{path}: unknown lockfile version {doc.get('version')!r}", path=str(path))
         pins = [Pin(str(m["name"]), str(m["digest"])) for m in doc["manifests"]]
         return str(doc["backend"]), str(doc["fingerprint_id"]), pins
     except FileNotFoundError:
-        raise UsageError(f"lockfile {path} does not exist", "create one with `cachekeeper lock`",
-                         path=str(path)) from None
+        raise LockfileError(f"lockfile {path} does not exist", path=str(path)) from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{path}: malformed lockfile ({exc})", "recreate it with `cachekeeper lock`",
-                         path=str(path)) from None
+        raise LockfileError(f"{path}: malformed lockfile ({exc})", path=str(path)) from None
     except OSError as exc:
         raise UsageError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None

@@ -32,6 +32,12 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.UsageError: Hint("run the command with --help"),
     # No {path} form: a ConfigError's path may be the file a model entry names, not the config.
     e.ConfigError: Hint("fix the config file; `cachekeeper validate CONFIG` checks it without building"),
+    e.LockfileError: Hint("create the lockfile with `cachekeeper lock` (again, if it is from another release)",
+                          "create {path} with `cachekeeper lock` (again, if it is from another release)"),
+    e.SigningKeyError: Hint("create a signing key with `cachekeeper keygen`",
+                            "create a signing key at {path} with `cachekeeper keygen`"),
+    e.PublicKeyError: Hint("use the `ed25519:...` line `cachekeeper keygen` printed"),
+    e.UnknownId: Hint("`cachekeeper stats` lists the fingerprints the catalog knows"),
     # storage
     e.StoreError: Hint("check the store URL (--store or CACHEKEEPER_STORE) and that it is reachable"),
     e.StoreNotFound: Hint("create the bucket/directory first, or point --store at an existing one",
@@ -63,12 +69,15 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.BackendUnavailable: Hint("run `cachekeeper doctor` to see which backends this host can use and why"),
     e.ToolchainMismatch: Hint("hydrate into a fresh directory (one toolchain per directory) or rebuild for "
                               "this toolchain"),
+    e.LockfileMismatch: Hint("regenerate the lockfile on a host like this one (`cachekeeper lock`)",
+                             "regenerate {path} on a host like this one (`cachekeeper lock`)"),
     e.DeviceCheckFailed: Hint("compare `cachekeeper doctor` with the server's env (flags, chips, cache dir); "
                               "until the check passes, treat this toolchain's artifacts as unverified"),
     e.BuildFailed: Hint("read the log tail above; `cachekeeper prebuild CONFIG --only KEY` retries one entry",
                         "read the log tail above; `cachekeeper prebuild CONFIG --only {key}` retries it"),
     e.NothingToHydrate: Hint("run `cachekeeper coverage CONFIG` to see what is built for this host, then prebuild "
                              "what is missing"),
+    e.BlobsMissing: Hint("run `cachekeeper verify`, then prebuild the affected entries again"),
     e.DestinationError: Hint("choose a writable destination with --dest"),
     # hydrate waits for the lock up to its --deadline (10 min without one); capture up to --lock-timeout.
     e.LockBusy: Hint("another hydrate or capture holds the lock; rerun when it is done, or give hydrate a longer "

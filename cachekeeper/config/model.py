@@ -57,7 +57,7 @@ class ModelMatrix:
         m = self.model
         return m.warmup or default_warmup(mode)
 
-    def key_options(self, mode: str = "full") -> tuple[tuple[str, str], ...]:
+    def key_options(self, backend: str, mode: str = "full") -> tuple[tuple[str, str], ...]:
         """The entry's graph-changing options, which go into its key (sorted, as EntrySpec wants).
         Not the config's `backend_options`: those go into the toolchain fingerprint."""
         m = self.model
@@ -66,7 +66,7 @@ class ModelMatrix:
                              max_sequence_length=m.max_sequence_length, offload=m.offload)
         if m.tensor_parallel > 1:
             out["tp"] = str(m.tensor_parallel)
-        out.update(mode_key_options(mode, pipeline=warmup == "pipeline"))
+        out.update(mode_key_options(backend, mode, pipeline=warmup == "pipeline"))
         return tuple(sorted(out.items()))
 
     def entries(self) -> list[MatrixEntry]:
@@ -74,7 +74,7 @@ class ModelMatrix:
         m = self.model
         return [
             MatrixEntry(EntrySpec(model=m.name, component=m.component, backend=backend, mode=mode, shape=shape,
-                                  dtype=dtype, revision=m.revision, options=self.key_options(mode)),
+                                  dtype=dtype, revision=m.revision, options=self.key_options(backend, mode)),
                         m)
             for backend in sorted(self.backends)
             for mode in sorted(self.modes_for(backend))

@@ -16,7 +16,7 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from ..backends import modes_for, registry
+from ..backends import can_offload, modes_for, registry
 from ..bounds import BUILD_TIMEOUT, DEADLINE, SIZE, WORKERS
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
@@ -26,7 +26,7 @@ from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you
 
 CONFIG_VERSION = 1
 DTYPES = ("bfloat16", "float16", "float32")
-INPUT_BUILDERS = ("auto", "flux", "flux2", "sd3", "unet")
+INPUT_BUILDERS = ("auto", "flux", "flux2", "sd3", "unet")   # "auto" + backends/warmup.BUILDERS (tested)
 LATENT_MULTIPLE = 8          # diffusers VAEs downsample by 8: other heights/widths fail or get cropped
 DEFAULT_MODES = ("full",)    # every backend supports it
 DEFAULT_DTYPES = ("float32",)
@@ -45,8 +45,6 @@ MAX_COUNT = 1_000_000        # entries: more than any matrix
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
                "guidance", "warmup", "max_sequence_length", "offload", "priority", *_MATRIX_KEYS)
-# Backends whose runtimes cannot run a pipeline with CPU offload (their graphs live on the device).
-_NO_OFFLOAD = ("neuron", "neuron_xla")
 _SHAPE_KEYS = ("height", "width", "batch")
 # Spellings people bring from other tools; suggested, never accepted, so keys have one spelling.
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
@@ -399,7 +397,7 @@ class _Schema(NodeReader):
         if ref.warmup == "component":
             raise self.error(at, f"{where} offload applies to a pipeline warm-up; set warmup: pipeline or drop offload")
         for backend in backends:
-            if backend in _NO_OFFLOAD:
+            if not can_offload(backend):
                 raise self.error(at, f"{where} offload: backend {backend!r} cannot offload to the CPU "
                                      f"(its graphs run on the device); drop offload or the {backend} backend")
 

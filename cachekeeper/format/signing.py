@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import IntegrityError, ObjectNotFound, UntrustedManifest, UsageError
+from ..errors import IntegrityError, ObjectNotFound, PublicKeyError, SigningKeyError, UntrustedManifest, UsageError
 from .layout import signature_key
 
 __all__ = ["BUILDER", "CAPTURE", "Objects", "PublicKey", "SigningKey", "keyring", "publish_signature",
@@ -73,8 +73,7 @@ class PublicKey:
         except ValueError:
             raw = b""
         if not text.strip().startswith(PREFIX) or len(raw) != 32:
-            raise UsageError(f"not an ed25519 public key: {text.strip()[:40]!r}",
-                             "use the `ed25519:...` line `cachekeeper keygen` printed")
+            raise PublicKeyError(f"not an ed25519 public key: {text.strip()[:40]!r}")
         return cls(raw, role)
 
 
@@ -114,11 +113,9 @@ class SigningKey:
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
-            raise UsageError(f"cannot load signing key {path}: {exc}", "create one with `cachekeeper keygen`",
-                             path=str(path)) from None
+            raise SigningKeyError(f"cannot load signing key {path}: {exc}", path=str(path)) from None
         if not isinstance(key, _crypto().Ed25519PrivateKey):
-            raise UsageError(f"{path} is not an ed25519 private key", "create one with `cachekeeper keygen`",
-                             path=str(path))
+            raise SigningKeyError(f"{path} is not an ed25519 private key", path=str(path))
         return cls(key)
 
     def pem(self) -> bytes:

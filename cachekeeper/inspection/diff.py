@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..catalog.rows import EntryCost
-from ..errors import UsageError
+from ..errors import UnknownId, UsageError
 from ..format.fingerprint import Fingerprint
 
 ID_PREFIX = re.compile(r"[0-9a-f]{1,16}")
@@ -99,8 +99,7 @@ def resolve_prefix(prefix: str, ids: Iterable[str], what: str = "fingerprint") -
     """The one id starting with `prefix`; none or several is a one-line error naming them."""
     prefix = prefix.strip().lower()
     if not ID_PREFIX.fullmatch(prefix):
-        raise UsageError(f"{prefix!r} is not a {what} id (1 to 16 hex digits)",
-                         "`cachekeeper stats` lists the fingerprints the catalog knows")
+        raise UnknownId(f"{prefix!r} is not a {what} id (1 to 16 hex digits)")
     ids = sorted(set(ids))
     if prefix in ids:
         return prefix
@@ -108,8 +107,7 @@ def resolve_prefix(prefix: str, ids: Iterable[str], what: str = "fingerprint") -
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise UsageError(f"no {what} {prefix!r} in the catalog",
-                         "`cachekeeper stats` lists the fingerprints the catalog knows")
+        raise UnknownId(f"no {what} {prefix!r} in the catalog")
     shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
     raise UsageError(f"{what} prefix {prefix!r} matches {len(matches)}: {shown}", "give more characters of the id")
 

@@ -108,7 +108,16 @@ class BackendConformance:
 
     def test_modes_are_declared_and_the_registry_agrees(self, backend: Backend) -> None:
         assert backend.modes and all(isinstance(m, str) and m for m in backend.modes)
+        assert "full" in backend.modes  # the config's default mode: every backend builds it
         assert modes_for(backend.name) == backend.modes
+
+    def test_mode_key_options_are_strings_and_full_adds_none(self, backend: Backend) -> None:
+        # They go into entry keys on every host, hydrate included: plain strings, and none for the default.
+        assert backend.mode_key_options("full") == {}
+        for mode in backend.modes:
+            for pipeline in (False, True):
+                opts = backend.mode_key_options(mode, pipeline=pipeline)
+                assert all(isinstance(k, str) and isinstance(v, str) for k, v in opts.items())
 
     def test_available_on_this_host(self, backend: Backend) -> None:
         # Every other test assumes it: a suite runs where the backend (or its simulation) is installed.

@@ -18,7 +18,6 @@ from typing import ClassVar
 
 from ...errors import BackendUnavailable
 from ...format.fingerprint import Fingerprint
-from .. import MODES
 from ..base import CACHE_ROOT, BuildCommand, BuildJob
 from ..toolchain import PackagedBackend, dist_version
 from . import probes
@@ -39,7 +38,7 @@ _SKIP_NAME_PATTERN = re.compile(r"(.*\.(lock|tmp|ck-tmp|pyc)|tmp[a-z0-9_]{8})")
 class InductorBackend(PackagedBackend):
     name: ClassVar[str] = "inductor"
     env_var: ClassVar[str] = "TORCHINDUCTOR_CACHE_DIR"
-    modes: ClassVar[tuple[str, ...]] = MODES["inductor"]
+    modes: ClassVar[tuple[str, ...]] = ("full", "repeated_blocks", "aot")
     # Inductor's own default, $TMPDIR/torchinductor_$USER (as the runtime computes it), for `doctor`.
     default_cache_dir: ClassVar[str | None] = str(probes.default_pch_dir().parent)
     shared_roots: ClassVar[frozenset[str]] = frozenset({PCH_ROOT})
@@ -48,6 +47,13 @@ class InductorBackend(PackagedBackend):
     dists: ClassVar[tuple[str, ...]] = ("torch",)
     install_hint: ClassVar[str] = "pip install torch"
     field_options: ClassVar[frozenset[str]] = frozenset({"pch_dir"})   # a location, not a field
+
+    def mode_key_options(self, mode: str, *, pipeline: bool = False) -> dict[str, str]:
+        """An `aot` function embeds the model's bytecode, so the installed diffusers build is part of what
+        it is for; one captured from a pipeline call also depends on transformers (the text encoders)."""
+        from . import aot  # light at its top; imported here so the other modes never load it
+
+        return dict(aot.key_options(pipeline=pipeline)) if mode == aot.MODE else {}
 
     # --- fingerprint -------------------------------------------------------------------------------
 

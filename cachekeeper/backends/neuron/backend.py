@@ -21,7 +21,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
-from .. import MODES
 from ..base import BuildJob
 from ..toolchain import DeviceBackend, DeviceToolchain, cache_workdir, choose, normalize_flags, require_choice
 from . import probes
@@ -63,7 +62,8 @@ def knob_values(options: Mapping[str, str], env: Mapping[str, str]) -> dict[str,
 class NeuronBackend(DeviceBackend):
     name: ClassVar[str] = "neuron"
     env_var: ClassVar[str] = "TORCH_NEURONX_NEFF_CACHE_DIR"
-    modes: ClassVar[tuple[str, ...]] = MODES["neuron"]
+    modes: ClassVar[tuple[str, ...]] = ("eager", "full", "repeated_blocks")
+    can_offload: ClassVar[bool] = False  # its graphs live on the device: no CPU offload
     default_cache_dir: ClassVar[str | None] = DEFAULT_CACHE_DIR
     dists: ClassVar[tuple[str, ...]] = DISTS
     install_hint: ClassVar[str] = INSTALL_HINT

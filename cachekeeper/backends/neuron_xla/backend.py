@@ -24,7 +24,6 @@ from typing import ClassVar
 
 from ...errors import BuildFailed
 from ...format.fingerprint import Fingerprint
-from .. import MODES
 from ..base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 from ..toolchain import PackagedBackend
 from . import probes
@@ -55,7 +54,8 @@ class NeuronXlaBackend(PackagedBackend):
     install_hint: ClassVar[str] = INSTALL_HINT
     name: ClassVar[str] = "neuron_xla"
     env_var: ClassVar[str] = "NEURON_COMPILE_CACHE_URL"
-    modes: ClassVar[tuple[str, ...]] = MODES["neuron_xla"]
+    modes: ClassVar[tuple[str, ...]] = ("full",)
+    can_offload: ClassVar[bool] = False  # its graphs live on the device: no CPU offload
     default_cache_dir: ClassVar[str | None] = DEFAULT_CACHE_DIR
 
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from ...errors import BackendUnavailable
-from .. import MODES
 from ..base import BuildCommand, BuildJob
 from ..toolchain import DeviceBackend, DeviceToolchain, require_choice
 from . import probes
@@ -80,7 +79,7 @@ TOOLCHAIN = DeviceToolchain(
 class TPUBackend(DeviceBackend):
     name: ClassVar[str] = "tpu"
     env_var: ClassVar[str] = "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"
-    modes: ClassVar[tuple[str, ...]] = MODES["tpu"]
+    modes: ClassVar[tuple[str, ...]] = ("eager", "defer_and_fuse", "full", "repeated_blocks")
     default_cache_dir: ClassVar[str | None] = None  # unset: tier 3 is off
     dists: ClassVar[tuple[str, ...]] = DISTS
     install_hint: ClassVar[str] = INSTALL_HINT
