@@ -117,3 +117,20 @@ def test_each_boot_file_starts_the_server_when_the_store_holds_nothing_for_this_
         assert len(warnings(proc.stderr)) == 1
         if "--print-env" in argv:
             assert proc.stdout.startswith("export FAKE_CACHE_DIR=")
+
+
+@pytest.mark.parametrize(("where", "argv"), [(w, a) for w, a in invocations() if a[0] == "report"],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_each_boot_files_report_sends_what_the_server_spooled(env: Env, where: str, argv: list[str]) -> None:
+    from cachekeeper.format.spool import CallRecord
+    from cachekeeper.runtime.miss_watch import Spool
+
+    store, spool = env.tmp / "store", env.tmp / "spool"
+    env.run("prebuild", str(env.config), "--store", f"file://{store}")
+    Spool(spool).append(CallRecord("tiny", 96, 64, 1, None, None, True, 1, 0.3, 1.7e9))
+    once = [a for i, a in enumerate(argv) if "--watch" not in (a, argv[i - 1])]   # the shutdown round
+    proc = env.run(*_boot_argv(once, env, store), "--json", ok=False, CACHEKEEPER_STORE=f"file://{store}",
+                   CACHEKEEPER_SPOOL=str(spool))
+    assert proc.returncode == 0, f"{where}: {proc.stderr}"
+    assert json.loads(proc.stdout)["calls"] == 1
+    assert len(list((store / "reports").rglob("*.json"))) == 1 and not list(spool.iterdir())

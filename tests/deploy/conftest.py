@@ -47,6 +47,7 @@ def invocations() -> list[tuple[str, list[str]]]:
             for key, value in env.items():
                 part = part.replace("${" + key + "}", value)
             argv = shlex.split(part.split(">")[0])
+            argv = argv[1:] if argv[:1] == ["exec"] else argv   # a sidecar's `... && exec cachekeeper ...`
             if argv and argv[0].rsplit("/", 1)[-1] == "cachekeeper":
                 found.append((where, argv[1:]))
 

@@ -37,9 +37,9 @@ def test_the_schema_check_catches_a_misspelled_key(tmp_path: Path) -> None:
 def test_the_cloud_config_installs_exactly_the_systemd_files() -> None:
     doc = yaml.safe_load((BOOT / "cloud-init.yaml").read_text())
     files = {Path(f["path"]).name: f["content"] for f in doc["write_files"]}
-    for name in ("cachekeeper-hydrate.service", "cachekeeper-capture.service", "hydrate.env"):
+    for name in ("cachekeeper-hydrate.service", "cachekeeper-report.service", "hydrate.env"):
         assert files[name] == (SYSTEMD / name).read_text(), f"{name} drifted from deploy/boot/systemd"
-    assert ["systemctl", "enable", "cachekeeper-hydrate.service", "cachekeeper-capture.service"] in doc["runcmd"]
+    assert ["systemctl", "enable", "cachekeeper-hydrate.service", "cachekeeper-report.service"] in doc["runcmd"]
 
 
 def test_the_ec2_user_data_is_one_shell_line_cloud_init_runs_as_a_script() -> None:

@@ -1,6 +1,6 @@
 """deploy/boot/kubernetes.yaml, checked with PyPI's kubernetes-validate (the Kubernetes OpenAPI schemas,
 strict), and wired as documented: an initContainer hydrates an emptyDir the server shares, and the server
-reads the env it exported; runtime compiles are published by preStop and by a capture sidecar."""
+reads the env it exported; the server's spooled calls are reported by preStop and by a report sidecar."""
 
 from __future__ import annotations
 
@@ -60,12 +60,28 @@ def test_an_init_container_hydrates_the_empty_dir_the_server_reads() -> None:
     assert len(tmpdirs) == 1 and tmpdirs.pop().startswith("/cache/"), "the PCH lands where the server looks"
 
 
-def test_runtime_compiles_are_published_by_pre_stop_and_a_sidecar() -> None:
+def _spool_mount(container: dict[str, Any]) -> str:
+    """The volume that holds the container's CACHEKEEPER_SPOOL (the one mounted at its longest prefix)."""
+    [spool] = [e["value"] for e in container["env"] if e["name"] == "CACHEKEEPER_SPOOL"]
+    mounts = [m for m in container["volumeMounts"] if spool.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert mounts, f"{container['name']}: {spool} is on no volume (each container would spool apart)"
+    return f"{max(mounts, key=lambda m: len(m['mountPath']))['name']}:{spool}"
+
+
+def test_runtime_misses_are_reported_by_pre_stop_and_a_sidecar() -> None:
     pod = _pod()
-    pre_stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[:2] == ["cachekeeper", "capture"] and "--publish" in pre_stop
+    server = pod["containers"][0]
+    pre_stop = server["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[:2] == ["cachekeeper", "report"] and "--watch" not in pre_stop
     [sidecar] = [c for c in pod["initContainers"] if c.get("restartPolicy") == "Always"]
-    assert sidecar["command"][:2] == ["cachekeeper", "capture"] and "--watch" in sidecar["command"]
+    assert sidecar["command"][:2] == ["cachekeeper", "report"] and "--watch" in sidecar["command"]
+    assert _spool_mount(sidecar) == _spool_mount(server), "the reporter reads the spool the server writes"
+
+
+def test_capture_publish_is_only_a_commented_opt_in() -> None:
+    text = (BOOT / "kubernetes.yaml").read_text()
+    assert all("--publish" not in line or line.startswith("# ") for line in text.splitlines())
+    assert "capture: publish" in text
 
 
 def test_the_config_map_holds_a_valid_cachekeeper_config(tmp_path: Path) -> None:
@@ -84,7 +100,9 @@ def test_the_node_form_shares_a_host_path_node_cache_and_starts_the_server_at_th
     assert {"name": node["name"], "mountPath": "/node"} in hydrate["volumeMounts"]
     assert {"name": "CACHEKEEPER_NODE_CACHE", "value": "/node"} in hydrate["env"]
     script = hydrate["command"][-1]
-    assert "--ready-after" in script and "exec cachekeeper capture" in script   # never exits after phase 2
+    assert "--ready-after" in script and "exec cachekeeper report" in script   # never exits after phase 2
+    assert "--watch" in script.split("exec cachekeeper report")[1]
+    assert _spool_mount(hydrate) == _spool_mount(server), "the reporter reads the spool the server writes"
     probe = hydrate["startupProbe"]["exec"]["command"]
     dest = script.split("--dest ")[1].split()[0]
     assert probe == ["test", "-f", f"{dest}/.cachekeeper/ready"]

@@ -1,6 +1,6 @@
 """deploy/boot/systemd: checked by `systemd-analyze verify` (Debian's systemd), and wired as documented:
 hydrate is a oneshot ordered Before= the server, bounded (--deadline) and best effort, writes the
-EnvironmentFile the server unit reads, and publishes runtime compiles at shutdown."""
+EnvironmentFile the server unit reads, and reports the server's spooled calls at shutdown."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .conftest import SYSTEMD, env_file, unit_values
 HYDRATE = SYSTEMD / "cachekeeper-hydrate.service"
 HOT = SYSTEMD / "cachekeeper-hydrate-hot.service"
 SERVER = SYSTEMD / "inference.service"
+REPORT = SYSTEMD / "cachekeeper-report.service"
 
 
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
@@ -30,7 +31,8 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         text = unit.read_text().replace("/usr/local/bin/cachekeeper", str(cachekeeper))
         (tmp_path / unit.name).write_text(text.replace("/usr/bin/python3", sys.executable))
     units = sorted(str(p) for p in tmp_path.glob("*.service"))
-    assert len(units) == 4
+    assert [Path(u).name for u in units] == ["cachekeeper-hydrate-hot.service", "cachekeeper-hydrate.service",
+                                         "cachekeeper-report.service", "inference.service"]
     proc = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
 
@@ -59,12 +61,28 @@ def test_the_environment_file_format_is_systemds() -> None:
     assert render({"X": "a b"}, "shell") == "export X='a b'\n"
 
 
-def test_runtime_compiles_are_published_at_shutdown_and_periodically() -> None:
+def test_runtime_misses_are_reported_at_shutdown_and_periodically() -> None:
     assert unit_values(HYDRATE, "Service", "RemainAfterExit") == ["yes"], "ExecStop runs only for an active unit"
-    [stop] = unit_values(HYDRATE, "Service", "ExecStop")
-    assert stop.startswith("-") and " capture " in stop and "--publish" in stop  # never fails the shutdown
-    [watch] = unit_values(SYSTEMD / "cachekeeper-capture.service", "Service", "ExecStart")
-    assert " capture " in watch and "--publish --watch" in watch
+    for unit in (HYDRATE, HOT):
+        [stop] = unit_values(unit, "Service", "ExecStop")
+        assert stop.startswith("-") and " report " in stop and "--watch" not in stop  # never fails the shutdown
+    [watch] = unit_values(REPORT, "Service", "ExecStart")
+    assert " report " in watch and "--watch " in watch
+    assert unit_values(REPORT, "Service", "EnvironmentFile") == unit_values(HYDRATE, "Service", "EnvironmentFile")
+
+
+def test_the_server_spools_where_the_reporter_reads() -> None:
+    spool = env_file(SYSTEMD / "hydrate.env")["CACHEKEEPER_SPOOL"]
+    assert unit_values(SERVER, "Service", "Environment") == [f"CACHEKEEPER_SPOOL={spool}"]
+    assert unit_values(SERVER, "Service", "StateDirectory") == [spool.removeprefix("/var/lib/")], \
+        "systemd creates the spool dir, owned by the server's user"
+
+
+def test_capture_publish_is_only_a_commented_opt_in() -> None:
+    for unit in SYSTEMD.glob("*.service"):
+        for line in unit.read_text().splitlines():
+            assert "--publish" not in line or line.startswith("# "), f"{unit.name}: {line}"
+    assert "capture: publish" in HYDRATE.read_text() and "docs/security.md" in HYDRATE.read_text()
 
 
 def test_the_hot_first_unit_tells_systemd_ready_after_the_first_entries_then_goes_on() -> None:
