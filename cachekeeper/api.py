@@ -83,18 +83,15 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
     from .boot.capture import capture as run
-    from .boot.capture import never_hydrated, require_publish_allowed
+    from .boot.capture import hydrated_state, require_publish_allowed
     from .boot.destdir import served_dir
     from .boot.request import store_on_demand
-    from .boot.state import load_state
 
     settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
     cfg = _config(config)
     if publish:
         require_publish_allowed(cfg)
-    state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
-    if state is None:
-        raise never_hydrated(Path(dest))
+    state = hydrated_state(Path(dest))
     tc = _toolchain(cfg, backend or state.backend, device, options)
     dest = served_dir(Path(dest), tc.fingerprint.id)
     key = None

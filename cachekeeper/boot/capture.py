@@ -260,6 +260,18 @@ def never_hydrated(dest: Path) -> CaptureError:
                         "then capture that same dir", path=str(dest))
 
 
+def hydrated_state(dest: Path) -> State:
+    """The state of the toolchain dir a hydrate of `dest` filled (its current one, or `dest` itself when it
+    is such a dir); a dest that was never hydrated is one CaptureError."""
+    from .destdir import served_dir
+    from .state import load_state
+
+    state = load_state(served_dir(dest)) if dest.is_dir() else None
+    if state is None:
+        raise never_hydrated(dest)
+    return state
+
+
 def open_dest(dest: Path, fingerprint: Fingerprint) -> State:
     """The dest's state, refusing a dir hydrate never filled or one of another toolchain."""
     state = load_state(dest) if dest.is_dir() else None

@@ -43,10 +43,9 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
     from ..boot.capture import capture as run
-    from ..boot.capture import never_hydrated, require_publish_allowed
+    from ..boot.capture import hydrated_state, require_publish_allowed
     from ..boot.destdir import served_dir
     from ..boot.request import store_on_demand
-    from ..boot.state import load_state
     from ..errors import UsageError
 
     if watch is not None and not publish:
@@ -56,9 +55,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     config = load_config(config_path)
     if publish:
         require_publish_allowed(config)
-    state = load_state(served_dir(Path(dest))) if Path(dest).is_dir() else None
-    if state is None:
-        raise never_hydrated(Path(dest))
+    state = hydrated_state(Path(dest))
     tc = toolchain(config, backend or state.backend, pairs, device)
     dest = str(served_dir(Path(dest), tc.fingerprint.id))
     signing_key = None
