@@ -90,6 +90,8 @@ BUILD_TIMEOUT = Bound("timeout", 0, 7 * DAY, low_open=True, unit="seconds")
 PORT = Bound("port", 0, 65535, integer=True)
 PART_MIB = Bound("part size", 0, 4096, unit="MiB")          # hydrate's ranged-GET part; 0 turns parts off
 SIZE = Bound("size", 1, 65536, integer=True)                 # a shape's height, width or batch
+BYTE_BUDGET = Bound("byte budget", 1, 1 << 60, integer=True, unit="bytes")  # a dest or node cache: above is a typo
+COUNT = Bound("count", 1, 1_000_000, integer=True)          # entries (--ready-after): more than any matrix
 
 
 def checked(raw: object, bound: Bound, source: str, error: type[CachekeeperError] = UsageError) -> int | float:

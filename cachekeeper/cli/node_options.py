@@ -13,10 +13,11 @@ import re
 
 import click
 
+from ..bounds import BYTE_BUDGET, COUNT
 from ..errors import UsageError
 
-MAX_BYTES = 1 << 60
-MAX_COUNT = 1_000_000
+MAX_BYTES = int(BYTE_BUDGET.high)
+MAX_COUNT = int(COUNT.high)
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _BYTES_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 

@@ -17,7 +17,7 @@ from typing import Any
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import can_offload, modes_for, registry
-from ..bounds import BUILD_TIMEOUT, DEADLINE, SIZE, WORKERS
+from ..bounds import BUILD_TIMEOUT, BYTE_BUDGET, COUNT, DEADLINE, SIZE, WORKERS
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.url import local_path, parse_store_url
@@ -40,8 +40,8 @@ _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
                  "ready_after")
 _DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
-MAX_BYTES = 1 << 60          # a byte budget above this is a typo, not a disk
-MAX_COUNT = 1_000_000        # entries: more than any matrix
+MAX_BYTES = int(BYTE_BUDGET.high)    # bounds.py: a byte budget above this is a typo, not a disk
+MAX_COUNT = int(COUNT.high)
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
                "guidance", "warmup", "max_sequence_length", "offload", "priority", *_MATRIX_KEYS)
