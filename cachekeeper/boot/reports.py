@@ -220,14 +220,16 @@ def report_keys(store: Store, fingerprint_id: str | None = None, since: str = ""
             yield rk
 
 
-def read_reports(store: Store, fingerprint_id: str | None = None, since: str = "") -> tuple[list[Report], list[str]]:
-    """(reports, one line per report skipped). Each object is read with a size cap, so a planted giant
-    costs a bounded read."""
+def read_reports(store: Store, fingerprint_id: str | None = None, since: str = "",
+                 newest: int | None = None) -> tuple[list[Report], list[str]]:
+    """(reports, one line per report skipped), oldest first; with `newest`, only that many of the latest.
+    Each object is read with a size cap, so a planted giant costs a bounded read."""
     from ..stores.reader import read_bytes
 
     reports: list[Report] = []
     skipped: list[str] = []
-    for rk in sorted(report_keys(store, fingerprint_id, since)):   # oldest first, whatever the listing order
+    keys = sorted(report_keys(store, fingerprint_id, since))   # oldest first, whatever the listing order
+    for rk in keys[-newest:] if newest else keys:
         try:
             data = read_bytes(store, rk.key, limit=MAX_REPORT_BYTES)
         except ObjectNotFound:

@@ -284,19 +284,44 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     if marked:
         ready.clear(top)
     first: HydrateReport | None = None
-    if settings.ready_after and req.pins is not None and settings.ready_after < len(req.pins):
-        first = run(req.pins[:settings.ready_after])
+    pins, hot_warnings = req.pins, list[str]()
+    if settings.ready_after and pins is not None and settings.ready_after < len(pins):
+        pins, hot_warnings = _hot_first(req, pins, served)
+        first = run(pins[:settings.ready_after])
         ready.mark(top, ready.READY, first.manifests, env_text, env_file)
-    report = run(req.pins)
+    report = run(pins)
     if first is not None:
         report.ready_seconds = first.seconds
         report.seconds += first.seconds
-        report.warnings = first.warnings + [w for w in report.warnings if w not in first.warnings]
+        report.warnings = hot_warnings + first.warnings + [w for w in report.warnings if w not in first.warnings]
     if marked:
         if first is None:
             ready.mark(top, ready.READY, report.manifests, env_text, env_file)
         ready.mark(top, ready.COMPLETE, report.manifests, env_text, env_file)
     return report, exports
+
+
+def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path) -> tuple[list[Pin], list[str]]:
+    """`pins` hottest first (boot/hot.py): the config's priority, then the calls this toolchain's recent
+    miss reports counted (one listing, only when a config names the shapes), then this dest's last use."""
+    from . import hot, usage
+
+    config, tc = req.config, req.toolchain
+    priority: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    warnings: list[str] = []
+    if config is not None:
+        prio = {m.model.name: m.priority for m in config.models}
+        entries = config.entries({tc.name})
+        priority = {e.spec.key: prio.get(e.spec.model, 0) for e in entries}
+        shapes = {e.spec.key: (e.spec.model, e.spec.shape.height, e.spec.shape.width, e.spec.shape.batch)
+                  for e in entries}
+        if config.hydrate_hot_reports:
+            calls, warnings = hot.read_calls(store_opener(req.store_url, config), tc.fingerprint.id, shapes,
+                                             config.hydrate_hot_reports)
+    rank = {n: i for i, n in enumerate(hot.order(list(dict.fromkeys(p.name for p in pins)), priority, calls,
+                                                 usage.last_uses(served)))}
+    return sorted(pins, key=lambda p: rank[p.name]), warnings
 
 
 def _node_cache(settings: NodeSettings, durable: bool, verify: bool) -> NodeCache | None:

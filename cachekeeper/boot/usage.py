@@ -37,6 +37,17 @@ def record(dest: Path, entries: dict[str, list[str]]) -> None:
         atomic_write_bytes(_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
 
 
+def last_uses(dest: Path) -> dict[str, float]:
+    """Each recorded entry's last use (unix seconds); empty for a dest that never recorded one."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for e in os.scandir(state_dir(dest) / USED):
+            if e.name.endswith(".json"):
+                with contextlib.suppress(OSError):
+                    out[e.name[:-len(".json")]] = e.stat(follow_symlinks=False).st_mtime
+    return out
+
+
 def record_use(dest: Path, names: Iterable[str]) -> None:
     """Mark entries used now (the no-op hydrate, the runtime helper): one utime each, no write."""
     for name in names:

@@ -100,6 +100,7 @@ class Config:
     hydrate_max_bytes: int | None = None          # the dest's disk budget
     hydrate_durability: str | None = None         # fsync | boot | both (boot/durability.py)
     hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
+    hydrate_hot_reports: int = 16                 # newest miss reports that order the hot entries (boot/hot.py)
 
     @property
     def capture_publish(self) -> bool:

@@ -38,7 +38,7 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defa
 CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
-                 "ready_after")
+                 "ready_after", "hot_reports")
 _DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
 MAX_BYTES = int(BYTE_BUDGET.high)    # bounds.py: a byte budget above this is a typo, not a disk
 MAX_COUNT = int(COUNT.high)
@@ -162,6 +162,8 @@ class _Schema(NodeReader):
                 out[f"hydrate_{key}"] = self.bounded(hydrate[key][1], f"hydrate.{key}", 1, MAX_BYTES)
         if "ready_after" in hydrate:
             out["hydrate_ready_after"] = self.bounded(hydrate["ready_after"][1], "hydrate.ready_after", 1, MAX_COUNT)
+        if "hot_reports" in hydrate:
+            out["hydrate_hot_reports"] = self.bounded(hydrate["hot_reports"][1], "hydrate.hot_reports", 0, MAX_COUNT)
         if "durability" in hydrate:
             out["hydrate_durability"] = self.choice(hydrate, "durability", _DURABILITY, "hydrate")
         return out

@@ -78,6 +78,24 @@ def test_a_second_dest_on_the_node_reads_nothing_from_the_store_and_shares_read_
         assert st.st_nlink >= 3 and not st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
 
 
+def test_a_symlink_swapped_in_for_a_dest_file_is_replaced_by_the_shared_copy_never_written_through(
+        published: Published, tmp_path: Path) -> None:
+    store, files, name = published
+    dest = tmp_path / "d1"
+    hydrate_into(lambda: store, dest, [name], node_cache=_node(tmp_path, link="hardlink"))
+    rel = sorted(files)[0]
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not yours")
+    (dest / rel).unlink()
+    (dest / rel).symlink_to(outside)
+    again = hydrate_into(lambda: store, dest, [name], node_cache=_node(tmp_path, link="hardlink"))
+    assert outside.read_bytes() == b"not yours"
+    st = os.lstat(dest / rel)
+    assert stat.S_ISREG(st.st_mode) and st.st_nlink >= 2 and (dest / rel).read_bytes() == files[rel]
+    assert again.node_linked == 1 and again.node_fetched_bytes == 0
+    assert not [p for p in (dest / rel).parent.iterdir() if p.name.endswith(".ck-tmp")]
+
+
 def test_concurrent_hydrates_fetch_each_blob_from_the_store_once(
         published: Published, tmp_path: Path) -> None:
     store, files, name = published

@@ -12,7 +12,7 @@ import pytest
 from cachekeeper.errors import DestinationError, IntegrityError, LockBusy, UnsafePath
 from cachekeeper.fs.atomic import atomic_write_bytes, atomic_writer
 from cachekeeper.fs.locks import FileLock, sweep_temp
-from cachekeeper.fs.paths import SafeJoiner, safe_join, safe_relpath
+from cachekeeper.fs.paths import SafeJoiner, ensure_dir, safe_join, safe_relpath
 
 HOSTILE = ["../x", "a/../../x", "/etc/passwd", "a\\..\\b", "a\x00b", "", ".", "a/./b", "a//b", "C:/x", "..",
            "x/.."]
@@ -22,6 +22,26 @@ HOSTILE = ["../x", "a/../../x", "/etc/passwd", "a\\..\\b", "a\x00b", "", ".", "a
 def test_hostile_relative_paths_are_refused(rel: str) -> None:
     with pytest.raises(UnsafePath):
         safe_relpath(rel)
+
+
+@pytest.mark.parametrize("rel", HOSTILE)
+def test_the_plan_joiner_refuses_the_same_paths(rel: str, tmp_path: Path) -> None:
+    with pytest.raises(UnsafePath):
+        SafeJoiner().join(tmp_path, rel)
+
+
+def test_ensure_dir_makes_every_missing_parent_accepts_a_symlinked_dir_and_refuses_a_file(tmp_path: Path) -> None:
+    ensure_dir(str(tmp_path / "a" / "b" / "c"))
+    ensure_dir(tmp_path / "a" / "b" / "c")                  # again: nothing to do
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    ensure_dir(tmp_path / "link")                           # as `mkdir -p` (and Path.mkdir(exist_ok=True))
+    ensure_dir(tmp_path / "link" / "sub")
+    assert (tmp_path / "a" / "b" / "c").is_dir() and (tmp_path / "real" / "sub").is_dir()
+    (tmp_path / "file").write_bytes(b"")
+    for blocked in (tmp_path / "file", tmp_path / "file" / "sub"):
+        with pytest.raises(DestinationError, match="cannot create directory"):
+            ensure_dir(blocked)
 
 
 @pytest.mark.parametrize("rel", ["a", "a/b/c.neff", "fxgraph/ab/key/entry", "..hidden", "a..b/c"])

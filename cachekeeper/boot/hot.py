@@ -1,0 +1,66 @@
+"""Hot first: the order a hydrate places entries in, so that `--ready-after N` marks the server ready once
+the N entries it is most likely to be asked for are in place.
+
+    config `priority:` (higher first) ─▶ calls served, from this toolchain's recent miss reports (more
+    first) ─▶ last use in this dest (`<dest>/.cachekeeper/used/`, newer first) ─▶ the config's order
+
+`order` is pure. Reports are advice from serving hosts (boot/reports.py): only the newest `limit` of this
+toolchain within `window` are read, each under its size bound, and a store that cannot list or read them
+leaves them out with one warning line (`recent_calls`). They reorder the wanted entries, never add or drop one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import CachekeeperError
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
+    from .reports import Row
+
+ShapeKey = tuple[str, int, int, int]   # (model, height, width, batch): what a report row counts calls of
+WINDOW = 7 * 24 * 3600.0               # reports older than this say nothing of today's traffic
+BUDGET = 2.0                           # seconds the reports may take before the first entry starts
+
+
+def order(names: Sequence[str], priority: Mapping[str, int], calls: Mapping[str, int],
+          used: Mapping[str, float]) -> list[str]:
+    """`names` hottest first: by priority, then calls, then last use; ties keep the given order."""
+    index = {n: i for i, n in enumerate(names)}
+    return sorted(names, key=lambda n: (-priority.get(n, 0), -calls.get(n, 0), -used.get(n, 0.0), index[n]))
+
+
+def calls_by_entry(rows: Iterable[Row], shapes: Mapping[str, ShapeKey]) -> dict[str, int]:
+    """Calls each entry's shape was served (every entry of one shape gets that shape's calls)."""
+    per_shape: dict[ShapeKey, int] = {}
+    for r in rows:
+        key = (r.model, r.height, r.width, r.batch)
+        per_shape[key] = per_shape.get(key, 0) + r.calls
+    return {name: per_shape[k] for name, k in shapes.items() if k in per_shape}
+
+
+def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Mapping[str, ShapeKey], limit: int,
+               window: float = WINDOW, budget: float = BUDGET, now: float | None = None) \
+        -> tuple[dict[str, int], list[str]]:
+    """(calls per entry in the newest `limit` reports of this toolchain within `window`, warning lines).
+    Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store)."""
+    from ..stores.reader import Deadline
+    from .reports import read_reports, since_stamp
+
+    if limit <= 0 or not shapes:
+        return {}, []
+
+    def read() -> tuple[dict[str, int], list[str]]:
+        store = open_store()
+        try:
+            reports, skipped = read_reports(store, fingerprint_id, since_stamp(window, now), newest=limit)
+        finally:
+            store.close()
+        return calls_by_entry((r for rep in reports for r in rep.rows), shapes), skipped
+
+    try:
+        return Deadline(budget).run(read, "reading miss reports")
+    except CachekeeperError as exc:
+        return {}, [f"hot first: miss reports not read ({exc.message}); entries go in the config's priority order"]
