@@ -5,7 +5,6 @@ order. Reports are advice: a store that cannot give them leaves one warning line
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 
 from cachekeeper.boot import hot, usage
 from cachekeeper.boot.destdir import claim_layout
-from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.boot.reports import Report, Row, write_report
 from cachekeeper.config import load_config
 from cachekeeper.stores.file import FileStore
@@ -64,18 +62,10 @@ def test_calls_count_by_shape_and_reach_every_entry_of_that_shape() -> None:
     assert hot.calls_by_entry(rows, shapes) == {"x": 7, "y": 7}
 
 
-@pytest.fixture
-def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-
-    def spy(**kw: Any) -> HydrateReport:
-        calls.append(kw)
-        return HydrateReport(dest=kw["dest"], fingerprint_id="f", manifests=[p.name for p in kw["pins"] or ()])
-
-    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", spy)
+@pytest.fixture(autouse=True)
+def _fake_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in ENABLE.items():
         monkeypatch.setenv(k, v)
-    return calls
 
 
 def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, hydrate: str = "") -> tuple[Path, dict[int, str], str]:

@@ -42,18 +42,6 @@ def _config(tmp: Path, hydrate: str = "", priority: str = "5") -> Path:
     return path
 
 
-@pytest.fixture
-def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    calls: list[dict[str, Any]] = []
-
-    def spy(**kw: Any) -> HydrateReport:
-        calls.append(kw)
-        return HydrateReport(dest=kw["dest"], fingerprint_id="f", manifests=[p.name for p in kw["pins"] or ()])
-
-    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", spy)
-    return calls
-
-
 @pytest.mark.parametrize(("args", "env", "line"), [
     (["--max-bytes", "0"], {}, "error: --max-bytes must be a byte count from 1 to 2**60 (e.g. 20G), got '0'"),
     (["--max-bytes", "-5"], {}, "error: --max-bytes must be a byte count from 1 to 2**60 (e.g. 20G), got '-5'"),
