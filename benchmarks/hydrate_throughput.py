@@ -127,7 +127,7 @@ def seaweed_session(prefix: str) -> Iterator[tuple[Path, Any, dict[str, str]]]:
         (tmp / "weed").mkdir()
         server, proc = start_seaweedfs(tmp / "weed")
         try:
-            env = {**installed_env(tmp), "AWS_ENDPOINT_URL": server.endpoint_url,
+            env = {**installed_env(), "AWS_ENDPOINT_URL": server.endpoint_url,
                    "AWS_ACCESS_KEY_ID": server.access_key,
                    "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": server.region,
                    "PYTHONPATH": str(REPO), "CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend",

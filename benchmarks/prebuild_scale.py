@@ -119,7 +119,7 @@ def run_db(label: str, url_for: Callable[[str], str], args: argparse.Namespace, 
     model = tmp / "model"
     config = tmp / "ck.yaml"
     config.write_text(config_text(model, args.entries))
-    env = {**installed_env(tmp), **ENABLE, "SIM_SECONDS": str(args.seconds), "SIM_MODE": args.mode,
+    env = {**installed_env(), **ENABLE, "SIM_SECONDS": str(args.seconds), "SIM_MODE": args.mode,
            "CACHEKEEPER_HOME": str(tmp / "home")}
     print(f"\n{label}: {args.entries} entries of {args.seconds:g} s ({args.mode}-bound), 20 files of 64 KiB each")
     print(f"  {'workers':>7} {'wall':>8} {'speedup':>8} {'start-up':>9} {'fleet speedup':>14} {'target':>7} "

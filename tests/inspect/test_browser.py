@@ -87,14 +87,20 @@ def cells(driver: Any) -> dict[tuple[str, str], str]:
 
 
 def submit(driver: Any, selector: str) -> None:
-    """Click a form's button and wait until the next page replaced this one."""
+    """Click a form's button and wait until the next page replaced this one and finished loading.
+
+    A mark left in this page's window tells the pages apart: the next page has none. (Waiting for the old
+    `<html>` element to go stale raced the navigation: chromedriver 156 answers a node of the page being
+    replaced with "Node with given id does not belong to the document", not a stale-element error.)"""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = driver.find_element(By.TAG_NAME, "html")
+    driver.execute_script("window.ckOldPage = true")
     driver.find_element(By.CSS_SELECTOR, selector).click()
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(old))
+    replaced = "return window.ckOldPage === undefined && document.readyState === 'complete'"
+    # mid-navigation a script may find no document to run in: that is "not yet", not a failure
+    WebDriverWait(driver, 10, ignored_exceptions=(WebDriverException,)).until(lambda d: d.execute_script(replaced))
 
 
 def test_the_dashboard_in_chromium_matches_the_catalog_and_filters(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from pathlib import Path
@@ -114,3 +115,23 @@ def test_racing_multipart_put_files_store_one_writers_bytes_and_leave_no_pending
 
 def test_opening_an_s3_url_is_lazy_and_file_stores_never_import_botocore() -> None:
     assert_opening_is_lazy("s3://bucket/prefix", "botocore", "botocore imported")
+
+
+@pytest.mark.parametrize("type_name", ["service-2", "paginators-1", "waiters-2", "endpoint-rule-set-1",
+                                       "no-such-model-9"])
+def test_the_store_s_loader_says_what_botocore_s_says_of_s3_without_walking_every_service(
+        type_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import botocore.loaders
+
+    from cachekeeper.stores.s3 import _S3Loader
+
+    ours = _S3Loader()
+    walked: list[str] = []
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda p=".": walked.append(str(p)) or real(p))
+    assert ("s3" in ours.list_available_services(type_name)) == \
+        ("s3" in botocore.loaders.Loader().list_available_services(type_name))
+    assert len(walked) > 100        # botocore's own answer walks every service's dir ...
+    walked.clear()
+    _S3Loader().list_available_services(type_name)
+    assert len(walked) <= 4          # ... ours reads s3's own
