@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import CachekeeperError
+from .reports import RECENT_S, serving_batches
 
 if TYPE_CHECKING:
     from ..stores.base import Store
     from .reports import Row
 
 ShapeKey = tuple[str, int, int, int]   # (model, height, width, batch): what a report row counts calls of
-WINDOW = 7 * 24 * 3600.0               # reports older than this say nothing of today's traffic
 BUDGET = 2.0                           # seconds the reports may take before the first entry starts
 
 
@@ -33,16 +33,18 @@ def order(names: Sequence[str], priority: Mapping[str, int], calls: Mapping[str,
 
 
 def calls_by_entry(rows: Iterable[Row], shapes: Mapping[str, ShapeKey]) -> dict[str, int]:
-    """Calls each entry's shape was served (every entry of one shape gets that shape's calls)."""
+    """Calls each entry served: those of its shape, or of half its batch where guidance doubled it
+    (`reports.serving_batches`); every entry of one shape gets that shape's calls."""
     per_shape: dict[ShapeKey, int] = {}
     for r in rows:
-        key = (r.model, r.height, r.width, r.batch)
-        per_shape[key] = per_shape.get(key, 0) + r.calls
+        for batch in serving_batches(r.batch):
+            key = (r.model, r.height, r.width, batch)
+            per_shape[key] = per_shape.get(key, 0) + r.calls
     return {name: per_shape[k] for name, k in shapes.items() if k in per_shape}
 
 
 def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Mapping[str, ShapeKey], limit: int,
-               window: float = WINDOW, budget: float = BUDGET, now: float | None = None) \
+               window: float = RECENT_S, budget: float = BUDGET, now: float | None = None) \
         -> tuple[dict[str, int], list[str]]:
     """(calls per entry in the newest `limit` reports of this toolchain within `window`, warning lines).
     Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store)."""

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 SCHEMA = 1
 KIND = "cachekeeper.report"
 MAX_REPORT_BYTES = 64 << 10    # a busy host's interval fits: rows are per distinct call, not per call
+RECENT_S = 7 * 86_400.0        # reports older than this say nothing of today's traffic (traffic, hot first)
 MAX_ROWS = 200                 # more distinct calls in one interval are counted in `dropped`, not listed
 CLAIMED = ".claimed"           # a spool file `report` renamed for itself; kept until its report is stored
 STAMP = "%Y%m%dT%H%M%SZ"
@@ -208,6 +209,12 @@ def decode(data: bytes, rk: ReportKey) -> Report | str:
         return f"{where} is malformed; skipped"
 
 
+def serving_batches(batch: int) -> tuple[int, int]:
+    """The entry batches that serve a call of `batch` images: as served, or doubled (classifier-free
+    guidance compiles 2 x the images per prompt). `stats --traffic`, `suggest` and hot first agree on it."""
+    return batch, 2 * batch
+
+
 def since_stamp(seconds: float, now: float | None = None) -> str:
     return datetime.fromtimestamp((time.time() if now is None else now) - seconds, UTC).strftime(STAMP)
 
@@ -242,5 +249,5 @@ def read_reports(store: Store, fingerprint_id: str | None = None, since: str = "
     return reports, skipped
 
 
-__all__ = ["MAX_REPORT_BYTES", "SCHEMA", "Claim", "Report", "Row", "aggregate", "build_report", "claim",
-           "decode", "read_reports", "report_keys", "since_stamp", "write_report"]
+__all__ = ["MAX_REPORT_BYTES", "RECENT_S", "SCHEMA", "Claim", "Report", "Row", "aggregate", "build_report", "claim",
+           "decode", "read_reports", "report_keys", "serving_batches", "since_stamp", "write_report"]

@@ -62,6 +62,12 @@ def test_calls_count_by_shape_and_reach_every_entry_of_that_shape() -> None:
     assert hot.calls_by_entry(rows, shapes) == {"x": 7, "y": 7}
 
 
+def test_a_guidance_entry_counts_the_calls_of_half_its_batch_as_traffic_does() -> None:
+    """Classifier-free guidance compiles 2 x the images per prompt: a batch-2 entry serves batch-1 calls."""
+    shapes = {"cfg": ("m", 64, 64, 2), "plain": ("m", 64, 64, 1)}
+    assert hot.calls_by_entry([_row(64, 3)], shapes) == {"cfg": 3, "plain": 3}
+
+
 @pytest.fixture(autouse=True)
 def _fake_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in ENABLE.items():
