@@ -6,7 +6,7 @@ the N entries it is most likely to be asked for are in place.
 
 `order` is pure. Reports are advice from serving hosts (boot/reports.py): only the newest `limit` of this
 toolchain within `window` are read, each under its size bound, and a store that cannot list or read them
-leaves them out with one warning line (`recent_calls`). They reorder the wanted entries, never add or drop one.
+leaves them out with one warning line (`read_calls`). They reorder the wanted entries, never add or drop one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import CachekeeperError
-from .reports import RECENT_S, serving_batches
+from .reports import RECENT_S, read_reports, serving_batches, since_stamp
 
 if TYPE_CHECKING:
     from ..stores.base import Store
@@ -49,7 +49,6 @@ def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Map
     """(calls per entry in the newest `limit` reports of this toolchain within `window`, warning lines).
     Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store)."""
     from ..stores.reader import Deadline
-    from .reports import read_reports, since_stamp
 
     if limit <= 0 or not shapes:
         return {}, []

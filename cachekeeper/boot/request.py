@@ -185,7 +185,7 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
     tc = host_toolchain(config, pick_backend(config, backend), options, device)
     if config is not None and pins is None:
         entries = only_shapes(config.entries({tc.name}, set(models) or None), shapes, config.source)
-        priority = {m.model.name: m.priority for m in config.models}
+        priority = _model_priorities(config)
         # Hot first: higher `priority:` first, the config's order within one priority (a stable sort).
         entries.sort(key=lambda e: -priority.get(e.spec.model, 0))
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
@@ -284,7 +284,8 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     if marked:
         ready.clear(top)
     first: HydrateReport | None = None
-    pins, hot_warnings = req.pins, list[str]()
+    pins = req.pins
+    hot_warnings: list[str] = []
     if settings.ready_after and pins is not None and settings.ready_after < len(pins):
         pins, hot_warnings = _hot_first(req, pins, served)
         first = run(pins[:settings.ready_after])
@@ -301,6 +302,11 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     return report, exports
 
 
+def _model_priorities(config: Config) -> dict[str, int]:
+    """Each model's `priority:` (the config's hot order: higher first)."""
+    return {m.model.name: m.priority for m in config.models}
+
+
 def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path) -> tuple[list[Pin], list[str]]:
     """`pins` hottest first (boot/hot.py): the config's priority, then the calls this toolchain's recent
     miss reports counted (one listing, only when a config names the shapes), then this dest's last use."""
@@ -311,7 +317,7 @@ def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path) -> tuple[list
     calls: dict[str, int] = {}
     warnings: list[str] = []
     if config is not None:
-        prio = {m.model.name: m.priority for m in config.models}
+        prio = _model_priorities(config)
         entries = config.entries({tc.name})
         priority = {e.spec.key: prio.get(e.spec.model, 0) for e in entries}
         shapes = {e.spec.key: (e.spec.model, e.spec.shape.height, e.spec.shape.width, e.spec.shape.batch)

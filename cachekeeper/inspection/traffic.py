@@ -11,16 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..boot.reports import read_reports, since_stamp
+from ..boot.reports import RECENT_S, read_reports, serving_batches, since_stamp
 from ..format.spec import Shape
 from .suggest import served_not_prebuilt
 
 if TYPE_CHECKING:
     from ..catalog.rows import CatalogRow
     from ..stores.base import Store
-
-DEFAULT_SINCE_S = 7 * 86_400.0
-
 
 def prebuilt_shapes(rows: Iterable[CatalogRow]) -> set[tuple[str, str, int, int, int]]:
     """(fingerprint id, model, height, width, batch) of every entry the catalog lists."""
@@ -29,12 +26,12 @@ def prebuilt_shapes(rows: Iterable[CatalogRow]) -> set[tuple[str, str, int, int,
 
 
 def traffic(store: Store, entries: set[tuple[str, str, int, int, int]],
-            since_s: float = DEFAULT_SINCE_S) -> dict[str, Any]:
+            since_s: float = RECENT_S) -> dict[str, Any]:
     """{"toolchains": {fp: [suggestion dicts, most costly first]}, "reports": n, "skipped": [lines]}."""
     reports, skipped = read_reports(store, None, since_stamp(since_s))
 
     def prebuilt(fp: str, model: str, shape: Shape) -> bool:
-        return any((fp, model, shape.height, shape.width, b) in entries for b in (shape.batch, 2 * shape.batch))
+        return any((fp, model, shape.height, shape.width, b) in entries for b in serving_batches(shape.batch))
 
     table: dict[str, list[dict[str, object]]] = {}
     for s in served_not_prebuilt(reports, prebuilt):
