@@ -129,3 +129,51 @@ def test_ready_after_without_a_config_or_lockfile_is_one_error_line(tmp_path: Pa
     assert [ln for ln in result.stderr.splitlines() if ln.startswith("error:")] == [
         "error: hot first (ready after N entries) needs the wanted entries in order: a config or a lockfile names "
         "them, a listing of the store does not"]
+
+
+def _published(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(config, store) with the config's entries published for this host's fake toolchain."""
+    from cachekeeper.boot.request import resolve_request
+    from cachekeeper.config import load_config
+    from cachekeeper.publish import publish
+    from cachekeeper.stores.file import FileStore
+
+    for k, v in ENABLE.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FAKE_SHARED_DIR", str(tmp / "sh"))   # as _invoke runs the CLI
+    path = _config(tmp)
+    config = load_config(path)
+    fp = resolve_request(config=config, dest=tmp / "d").toolchain.fingerprint
+    for i, entry in enumerate(config.entries()):
+        root = tmp / f"built{i}"
+        (root / "ab").mkdir(parents=True)
+        (root / "ab" / f"{i}.neff").write_bytes(bytes([i]) * 4096)
+        publish(FileStore(tmp / "store"), fingerprint=fp, spec=entry.spec, roots={"cache": root},
+                include=lambda r, rel, p: True)
+    return path, tmp / "store"
+
+
+def test_a_node_cache_on_a_network_filesystem_is_one_error_line_and_exit_9(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.boot import nodecache
+
+    config, store = _published(tmp_path, monkeypatch)
+    monkeypatch.setattr(nodecache, "fs_type", lambda p: "nfs4")
+    result = _invoke(tmp_path, "--config", str(config), "--store", str(store), "--dest", str(tmp_path / "d"),
+                     "--node-cache", str(tmp_path / "node"))
+    assert result.exit_code == 9 and "Traceback" not in result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "is on nfs4, a network filesystem" in errors[0]
+
+
+def test_a_node_cache_that_cannot_fit_the_entries_is_one_warning_and_the_dest_is_still_filled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fakes import served
+
+    config, store = _published(tmp_path, monkeypatch)
+    result = _invoke(tmp_path, "--config", str(config), "--store", str(store), "--dest", str(tmp_path / "d"),
+                     "--node-cache", str(tmp_path / "node"), "--node-cache-max-bytes", "1")
+    assert result.exit_code == 0, result.output
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "cannot fit" in warnings[0]
+    assert sorted(p.name for p in served(tmp_path / "d").rglob("*.neff")) == ["0.neff", "1.neff"]
