@@ -95,3 +95,34 @@ def test_a_part_the_store_refuses_leaves_no_file_and_no_temp(
         hydrate_into(lambda: Shuffled(store.root, [0, 1, 2, 3, 4, 5], fail=2), tmp_path / "d", [name])
     assert not (tmp_path / "d" / "big.bin").exists() and not list((tmp_path / "d").rglob("*.ck-tmp"))
     assert (tmp_path / "d" / "small.neff").read_bytes() == files["small.neff"]
+
+
+@pytest.mark.parametrize(("part", "window"), [((1 << 20) + 1000, fetch.HASH_WINDOW), (4096 * 3 + 7, 4096 * 2 + 5),
+                                              ((1 << 20) + 1000, 3 * 4096)])
+def test_parts_not_on_page_boundaries_are_read_back_right(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: int, window: int) -> None:
+    """CACHEKEEPER_PART_MIB may be fractional: a part that starts inside a page is still hashed from
+    its own first byte (each read-back window maps from the page below it), window after window."""
+    monkeypatch.setattr(fetch, "PART", part)
+    monkeypatch.setattr(fetch, "HASH_WINDOW", window)
+    files = {"big.bin": os.urandom(5 * part + 321)}
+    store = RangeLog(tmp_path / "store")
+    name = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch, separate_blobs_above=1024).name
+    hydrate_into(lambda: store, tmp_path / "d", [name])
+    assert read_tree(tmp_path / "d") == files
+    assert len([k for k, _, _ in store.ranges if k == blob_key(hashlib.sha256(files["big.bin"]).hexdigest())]) == 6
+
+
+@pytest.mark.parametrize("flip", [0, (1 << 20) - 1, 1 << 20, (5 << 20) + 122])
+def test_a_flipped_byte_in_any_part_fails_verification(
+        big: tuple[RangeLog, str, dict[str, bytes]], tmp_path: Path, flip: int) -> None:
+    """The first byte, the last byte of a part, the first of the next and the blob's last byte: every
+    byte of every part is in the hash."""
+    store, name, files = big
+    path = store.root / blob_key(hashlib.sha256(files["big.bin"]).hexdigest())
+    data = bytearray(path.read_bytes())
+    data[flip] ^= 0x80
+    path.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="failed verification"):
+        hydrate_into(lambda: store, tmp_path / "d", [name])
+    assert not (tmp_path / "d" / "big.bin").exists()
