@@ -47,18 +47,15 @@ def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Map
                window: float = RECENT_S, budget: float = BUDGET, now: float | None = None) \
         -> tuple[dict[str, int], list[str]]:
     """(calls per entry in the newest `limit` reports of this toolchain within `window`, warning lines).
-    Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store)."""
+    Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store).
+    The store `open_store` gives is the caller's to close: the hydrate that follows reuses it."""
     from ..stores.reader import Deadline
 
     if limit <= 0 or not shapes:
         return {}, []
 
     def read() -> tuple[dict[str, int], list[str]]:
-        store = open_store()
-        try:
-            reports, skipped = read_reports(store, fingerprint_id, since_stamp(window, now), newest=limit)
-        finally:
-            store.close()
+        reports, skipped = read_reports(open_store(), fingerprint_id, since_stamp(window, now), newest=limit)
         return calls_by_entry((r for rep in reports for r in rep.rows), shapes), skipped
 
     try:

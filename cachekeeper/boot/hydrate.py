@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import (
     BlobsMissing,
@@ -32,7 +32,7 @@ from ..format.manifest import Manifest
 from ..fs.locks import FileLock, LiveTag, sweep_temp
 from ..fs.paths import SafeJoiner, ensure_dir, lstat_or_none, new_tag
 from ..presence import plan_presence
-from ..stores.base import Store
+from ..stores.base import OnDemand, Store
 from ..stores.reader import Deadline
 
 if TYPE_CHECKING:
@@ -175,7 +175,8 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
             verify: bool = False, require_all: bool = False, threads: int = 16,
             trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
             progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
-            node_cache: NodeCache | None = None, max_bytes: int | None = None) -> HydrateReport:
+            node_cache: NodeCache | None = None, max_bytes: int | None = None, lent: bool = False,
+            captured: bool = True) -> HydrateReport:
     """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
 
     `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
@@ -186,21 +187,29 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     `durability`: fsync each file, or trust the state file only within this boot, or both (durability.py).
     `node_cache`: fill the dest from this node's shared copy, fetching into it what it lacks (nodecache.py).
     `max_bytes`: the dest's budget; entries not wanted now are evicted by last use to fit (usage.py).
+    `open_store` is called when a store is needed (a no-op may need none). Hydrate opens one at most and
+    closes it before returning; with `lent`, `open_store` hands out a store its caller keeps open across
+    several hydrates (hot first's two phases share one client) and closes itself.
+    `captured`: also take the captured sets (runtime compiles serving hosts published) that extend the
+    wanted entries. False (a config's `capture: report`): only what builders published; a no-op then opens
+    no store, and a full run names the captured sets it left in one warning. A lockfile takes what it pins.
     """
     t0 = time.monotonic()
     budget = Deadline(deadline)
     dest = dest.absolute()
     report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id, durability=durability)
-    try:
-        _hydrate(report, open_store, fingerprint, extra_roots, pins, models, verify, require_all, threads,
-                 trusted, budget, best_effort, progress, _Local(durability, node_cache, max_bytes))
-    except SOFT_ERRORS as exc:
-        if not best_effort:
-            raise
-        # Nothing built, a store that fails, the deadline, a busy lock: the server starts and compiles
-        # what is missing. Corrupt bytes, hostile manifests and an unusable dest are never softened.
-        report.incomplete = exc.message
-        report.nothing_built = isinstance(exc, NothingToHydrate)
+    with contextlib.ExitStack() as owned:
+        get = open_store if lent else owned.enter_context(OnDemand(open_store))
+        try:
+            _hydrate(report, get, fingerprint, extra_roots, pins, models, verify, require_all, threads,
+                     trusted, budget, best_effort, progress, _Local(durability, node_cache, max_bytes), captured)
+        except SOFT_ERRORS as exc:
+            if not best_effort:
+                raise
+            # Nothing built, a store that fails, the deadline, a busy lock: the server starts and compiles
+            # what is missing. Corrupt bytes, hostile manifests and an unusable dest are never softened.
+            report.incomplete = exc.message
+            report.nothing_built = isinstance(exc, NothingToHydrate)
     return _finish(report, t0, budget)
 
 
@@ -221,8 +230,10 @@ class _Local:
 def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
              extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
              require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
-             best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local) -> None:
+             best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local,
+             captured: bool = True) -> None:
     dest = report.dest
+    sets: CapturedSets = "pinned" if not _takes_captured(pins) else "take" if captured else "skip"
     durability, max_bytes = local.durability, local.max_bytes
     _prepare_dest(dest)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
@@ -233,7 +244,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
         trust = state is not None and state_trusted(state, dest)
         if state is not None and pins is not None and not verify and trust \
                 and _still_in_place(state, pins, trusted_ids) \
-                and not _captured_since(open_store, fingerprint, state, pins, budget):
+                and not _captured_since(open_store, fingerprint, state, sets, budget):
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
@@ -246,9 +257,8 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
 
             store, manifests, seen = budget.run(
                 lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
-                                          budget),
+                                          budget, sets),
                 "reading manifests")
-            stack.callback(store.close)   # the store this run opened: its clients and pools go with it
             joiner = SafeJoiner()
             plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
             if state is None:
@@ -317,15 +327,25 @@ def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Pa
 
 def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
                       models: set[str] | None, report: HydrateReport, require_all: bool,
-                      trusted: tuple[PublicKey, ...], budget: Deadline) -> tuple[Store, list[Manifest], list[str]]:
+                      trusted: tuple[PublicKey, ...], budget: Deadline, sets: CapturedSets = "take") \
+        -> tuple[Store, list[Manifest], list[str]]:
     store = open_store()
-    try:
-        # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
-        seen = _captured_names(store, fingerprint) if _takes_captured(pins) else []
-        return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget), seen
-    except BaseException:
-        store.close()   # nothing to hydrate, a store error: the caller never sees this store to close it
-        raise
+    # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
+    listed = _captured_names(store, fingerprint) if sets != "pinned" else []
+    if sets == "skip" and listed:
+        report.warnings.append(
+            f"{store.url} holds {len(listed)} captured sets of this toolchain (runtime compiles serving hosts "
+            "published); the config says `capture: report`, so only what builders published is hydrated "
+            "(`capture: publish` takes them: docs/security.md)")
+    seen = listed if sets == "take" else []
+    return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget,
+                           sets == "take"), seen
+
+
+# Which captured sets a hydrate takes: "take" those extending its entries (config `capture: publish`, or no
+# config), "skip" them all (`capture: report`: runtime code reaches this fleet only through the builder),
+# or "pinned": exactly those a lockfile pins.
+CapturedSets = Literal["take", "skip", "pinned"]
 
 
 def _takes_captured(pins: list[Pin] | None) -> bool:
@@ -339,19 +359,16 @@ def _captured_names(store: Store, fingerprint: Fingerprint) -> list[str]:
     return [mk.name for mk in manifest_keys(store, fingerprint.id, captured=True)]
 
 
-def _captured_since(open_store: Callable[[], Store], fingerprint: Fingerprint, state: State, pins: list[Pin],
+def _captured_since(open_store: Callable[[], Store], fingerprint: Fingerprint, state: State, sets: CapturedSets,
                     budget: Deadline) -> bool:
     """Whether the store has a captured set this dest has not seen: one listing, no manifest read. A
-    store that does not answer leaves the no-op a no-op (everything wanted is in place)."""
-    if not _takes_captured(pins):
+    store that does not answer leaves the no-op a no-op (everything wanted is in place). Only when this
+    hydrate takes captured sets: otherwise the no-op opens no store."""
+    if sets != "take":
         return False
 
     def listed() -> list[str]:
-        store = open_store()
-        try:
-            return _captured_names(store, fingerprint)
-        finally:
-            store.close()
+        return _captured_names(open_store(), fingerprint)
 
     try:
         names = budget.run(listed, "listing captured sets")
@@ -378,7 +395,7 @@ def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport
 
 def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
              report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
-             budget: Deadline | None = None) -> list[Manifest]:
+             budget: Deadline | None = None, captured: bool = True) -> list[Manifest]:
     if pins is None:
         entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
     else:
@@ -391,9 +408,7 @@ def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, mod
         others = other_toolchains(store, fingerprint.backend, fingerprint)
         detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
         raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
-    # A lockfile (pins with digests) is exact: the captured sets it pinned, never newer ones.
-    return with_shared(store, fingerprint, entries, trusted, captured=not any(p.digest for p in pins or ()),
-                       deadline=budget)
+    return with_shared(store, fingerprint, entries, trusted, captured=captured, deadline=budget)
 
 
 def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: list[Manifest],

@@ -10,8 +10,7 @@ backends and signing are imported only when used.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from ..config import Config, MatrixEntry
     from ..format.fingerprint import Fingerprint
     from ..format.signing import PublicKey
-    from ..stores.base import Store
+    from ..stores.base import OnDemand, Store
     from .durability import Durability
     from .fetch import FetchStats
     from .hydrate import HydrateReport
@@ -144,23 +143,13 @@ def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
     return open_it
 
 
-@contextlib.contextmanager
-def store_on_demand(url: str | None, config: Config | None) -> Iterator[Callable[[], Store]]:
-    """An opener for code that opens its store late, often, or not at all (capture's rounds): the store is
-    opened on the first call, the same one is handed out after, and it is closed when the block ends."""
-    opened: list[Store] = []
-    open_it = store_opener(url, config)
+def store_on_demand(url: str | None, config: Config | None) -> OnDemand:
+    """An opener for code that opens its store late, often, or not at all (capture's rounds, hot first's
+    phases): `with store_on_demand(...) as get`: opened on the first call, the same one handed out after,
+    closed when the block ends."""
+    from ..stores.base import OnDemand
 
-    def get() -> Store:
-        if not opened:
-            opened.append(open_it())
-        return opened[0]
-
-    try:
-        yield get
-    finally:
-        for store in opened:
-            store.close()
+    return OnDemand(store_opener(url, config))
 
 
 def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,
@@ -239,7 +228,6 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     marker are written (boot/ready.py, in the dest's own `.cachekeeper/`), then the rest, in this
     process; `complete` follows."""
     from .. import bounds
-    from . import ready
     from .destdir import claim_layout
     from .durability import DEFAULT, fsyncs
     from .hydrate import HydrateReport, hydrate
@@ -268,14 +256,24 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline)
     durability = cast("Durability", settings.durability or DEFAULT)
     keys = trusted_keys(trusted, capture_keys)
+    with store_on_demand(req.store_url, config) as get:   # one store, one client, for every step below
+        def run(pins: list[Pin] | None) -> HydrateReport:
+            return hydrate(open_store=get, lent=True, fingerprint=tc.fingerprint, dest=served,
+                           extra_roots=tc.backend.extra_roots(tc.options), pins=pins,
+                           models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
+                           threads=threads, trusted=keys, deadline=deadline, best_effort=best_effort,
+                           progress=progress, durability=durability,
+                           node_cache=_node_cache(settings, fsyncs(durability), verify),
+                           max_bytes=settings.max_bytes, captured=config is None or config.capture_publish)
 
-    def run(pins: list[Pin] | None) -> HydrateReport:
-        return hydrate(open_store=store_opener(req.store_url, config), fingerprint=tc.fingerprint, dest=served,
-                       extra_roots=tc.backend.extra_roots(tc.options), pins=pins,
-                       models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                       threads=threads, trusted=keys, deadline=deadline, best_effort=best_effort,
-                       progress=progress, durability=durability,
-                       node_cache=_node_cache(settings, fsyncs(durability), verify), max_bytes=settings.max_bytes)
+        return _run_phases(req, settings, served, exports, get, run)
+
+
+def _run_phases(req: HydrateRequest, settings: NodeSettings, served: Path, exports: dict[str, str],
+                get: Callable[[], Store], run: Callable[[list[Pin] | None], HydrateReport]) \
+        -> tuple[HydrateReport, dict[str, str]]:
+    """Hot first (the first `ready_after` entries, then the ready marker), then everything wanted."""
+    from . import ready
 
     top = served.parent   # the ready markers sit in the dest's own .cachekeeper/, beside layout.json
     marked = bool(settings.ready_after or settings.env_file)
@@ -287,13 +285,14 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     pins = req.pins
     hot_warnings: list[str] = []
     if settings.ready_after and pins is not None and settings.ready_after < len(pins):
-        pins, hot_warnings = _hot_first(req, pins, served)
+        pins, hot_warnings = _hot_first(req, pins, served, get)
         first = run(pins[:settings.ready_after])
         ready.mark(top, ready.READY, first.manifests, env_text, env_file)
     report = run(pins)
-    if first is not None:
+    if first is not None:   # one report for the command: the work of both phases
         report.ready_seconds = first.seconds
-        report.seconds += first.seconds
+        for name in _SUMMED:
+            setattr(report, name, getattr(report, name) + getattr(first, name))
         report.warnings = hot_warnings + first.warnings + [w for w in report.warnings if w not in first.warnings]
     if marked:
         if first is None:
@@ -302,12 +301,19 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     return report, exports
 
 
+# What the two phases of hot first each did, added up in the command's report (the second phase's own
+# counts would hide what the first fetched).
+_SUMMED = ("seconds", "files_fetched", "bytes_fetched", "files_verified_local", "retries", "node_linked",
+           "node_copied", "node_fetched_bytes")
+
+
 def _model_priorities(config: Config) -> dict[str, int]:
     """Each model's `priority:` (the config's hot order: higher first)."""
     return {m.model.name: m.priority for m in config.models}
 
 
-def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path) -> tuple[list[Pin], list[str]]:
+def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path, get: Callable[[], Store]) \
+        -> tuple[list[Pin], list[str]]:
     """`pins` hottest first (boot/hot.py): the config's priority, then the calls this toolchain's recent
     miss reports counted (one listing, only when a config names the shapes), then this dest's last use."""
     from . import hot, usage
@@ -323,7 +329,7 @@ def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path) -> tuple[list
         shapes = {e.spec.key: (e.spec.model, e.spec.shape.height, e.spec.shape.width, e.spec.shape.batch)
                   for e in entries}
         if config.hydrate_hot_reports:
-            calls, warnings = hot.read_calls(store_opener(req.store_url, config), tc.fingerprint.id, shapes,
+            calls, warnings = hot.read_calls(get, tc.fingerprint.id, shapes,
                                              config.hydrate_hot_reports)
     rank = {n: i for i, n in enumerate(hot.order(list(dict.fromkeys(p.name for p in pins)), priority, calls,
                                                  usage.last_uses(served)))}

@@ -9,7 +9,8 @@ print one line; `cachekeeper.testing.stores.StoreConformance` is the suite every
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
@@ -140,3 +141,38 @@ class Store(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and pools."""
+
+
+class OnDemand:
+    """One store for a block of work that opens it late, often, or not at all: `get()` opens it on
+    the first call and hands out the same one after, so its SDK client (~0.1 s to build) and pooled
+    connections serve every step; leaving the block closes it."""
+
+    def __init__(self, open_it: Callable[[], Store]) -> None:
+        self._open_it = open_it
+        self._store: Store | None = None
+        self._closed = False
+        self._lock = threading.Lock()   # steps may run on a deadline's worker thread
+
+    def get(self) -> Store:
+        with self._lock:
+            if self._store is not None:
+                return self._store
+        # Opened outside the lock: an open a deadline gave up on never holds the block's exit.
+        store = self._open_it()
+        with self._lock:
+            if self._store is None and not self._closed:
+                self._store = store
+                return store
+            kept = self._store
+        store.close()   # another thread's open won, or the block has ended: this one is not kept
+        return kept if kept is not None else store
+
+    def __enter__(self) -> Callable[[], Store]:
+        return self.get
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            store, self._store, self._closed = self._store, None, True
+        if store is not None:
+            store.close()

@@ -177,3 +177,32 @@ def test_a_node_cache_that_cannot_fit_the_entries_is_one_warning_and_the_dest_is
     warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "cannot fit" in warnings[0]
     assert sorted(p.name for p in served(tmp_path / "d").rglob("*.neff")) == ["0.neff", "1.neff"]
+
+
+def test_hot_first_opens_one_store_for_its_reports_and_both_phases_and_reports_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each store opened builds its own SDK client (~0.1 s on S3): the reports, the hot entries and the
+    rest share one, closed once at the end. The command's summary adds up what both phases fetched."""
+    import json
+
+    import cachekeeper.stores as stores
+    from cachekeeper.stores.file import FileStore
+
+    config, store = _published(tmp_path, monkeypatch)
+    opened: list[str] = []
+    closed: list[str] = []
+    real_open = stores.open_store
+
+    def counting(url: str | None = None, **kw: Any) -> Any:
+        opened.append(str(url))
+        return real_open(url, **kw)
+
+    monkeypatch.setattr(stores, "open_store", counting)
+    monkeypatch.setattr(FileStore, "close", lambda self: closed.append(self.url))
+    result = _invoke(tmp_path, "--config", str(config), "--store", str(store), "--dest", str(tmp_path / "d"),
+                     "--ready-after", "1", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(opened) == 1 and len(closed) == 1
+    report = json.loads(result.stdout.splitlines()[0])
+    assert report["ready_seconds"] is not None
+    assert report["files_fetched"] == 2 and report["bytes_fetched"] == 2 * 4096   # one entry per phase

@@ -52,3 +52,46 @@ def test_the_no_op_reads_one_listing_and_no_manifest(world: World, monkeypatch: 
         monkeypatch.setattr(FileStore, name, spy)
     report = cachekeeper.hydrate(config=world.config, dest=dest, store=world.store_url)
     assert report.noop and calls == ["list"]
+
+
+def _report_fleet(world: World) -> Path:
+    """The same deployment's config without the opt-in: `capture: report`, the default."""
+    config = world.tmp / "report.yaml"
+    config.write_text(world.config.read_text().replace("capture: publish\n", ""))
+    assert "capture:" not in config.read_text()
+    return config
+
+
+def test_a_report_fleet_never_runs_a_captured_set_and_says_so_once(world: World) -> None:
+    """`capture: report` means runtime code reaches this fleet only through the builder: a captured set
+    that another (opted-in) fleet published for the same toolchain and entry is left in the store, with
+    one warning line on the run that would have taken it."""
+    runtime_writes(world.served(world.tmp / "publisher"), "new/b.neff", b"a serving host's compile")
+    world.capture(world.tmp / "publisher", "--publish")
+    assert len(world.captured_keys()) == 1
+
+    proc = world.run("hydrate", "--config", str(_report_fleet(world)), "--dest", str(world.tmp / "d"), "--json")
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert not (Path(str(report["dest"])) / "new" / "b.neff").exists()
+    assert report["files_fetched"] == 3                   # the prebuilt entry, whole
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "1 captured sets" in warnings[0] and "capture: report" in warnings[0]
+    opted_in = world.hydrate(world.tmp / "d2")            # the publishing fleet's own config still takes it
+    assert (Path(str(opted_in["dest"])) / "new" / "b.neff").read_bytes() == b"a serving host's compile"
+
+
+def test_a_report_fleet_s_no_op_opens_no_store(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No captured set can change what it hydrates, so a repeat run with everything in place asks the
+    store nothing (a lockfile's no-op is the same): the boot skips the SDK client and the listing."""
+    import cachekeeper
+    import cachekeeper.stores as stores
+
+    config, dest = _report_fleet(world), world.tmp / "api"
+    cachekeeper.hydrate(config=config, dest=dest, store=world.store_url)
+    opened: list[object] = []
+    real = stores.open_store
+    monkeypatch.setattr(stores, "open_store", lambda *a, **k: opened.append(a) or real(*a, **k))
+    assert cachekeeper.hydrate(config=config, dest=dest, store=world.store_url).noop
+    assert opened == []
+    assert cachekeeper.hydrate(config=world.config, dest=dest, store=world.store_url).noop
+    assert len(opened) == 1, "the opted-in config's no-op opens the store, to list captured sets"
