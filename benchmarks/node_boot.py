@@ -36,6 +36,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,7 +45,13 @@ sys.path.insert(0, str(REPO))
 MiB = 1 << 20
 TIMER = "/usr/bin/time"
 
-from benchmarks.hydrate_throughput import empty_trash, neuron_tree, retire, seaweed_session  # noqa: E402
+from benchmarks.hydrate_throughput import (  # noqa: E402
+    empty_trash,
+    inode_probe,
+    neuron_tree,
+    retire,
+    seaweed_session,
+)
 
 MATRIX = """version: 1
 defaults: {{backends: [fake], shapes: {{height: [{heights}], width: [64], batch: [1]}}}}
@@ -107,6 +114,7 @@ def main() -> None:
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(uptime), {os.cpu_count()} CPUs, uid {os.geteuid()}", flush=True)
+    print(inode_probe(Path(tempfile.gettempdir())), flush=True)
     with seaweed_session("ck-node-") as (tmp, server, env):
         server.client.create_bucket(Bucket="node")
         url = "s3://node/ck"
