@@ -156,23 +156,22 @@ def empty_trash(trash: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def inode_probe(where: Path, n: int = 500) -> str:
+def inode_probe(where: Path, n: int = 200) -> str:
     """What one new directory and one new file cost here now, in microseconds: ext4 scans past inodes
     deleted in the last minutes at each allocation (see above), so the same tree's figures differ by
     several times between a quiet disk and one that a package install just churned. Printed with every
-    run so two runs' figures can be compared."""
-    probe = Path(tempfile.mkdtemp(prefix="ck-probe-", dir=where))
-    try:
-        t0 = time.perf_counter()
-        for i in range(n):
-            os.mkdir(probe / f"d{i}")
-        t1 = time.perf_counter()
-        for i in range(n):
-            (probe / f"d{i}" / "f").touch()
-        t2 = time.perf_counter()
-    finally:
-        shutil.rmtree(probe, ignore_errors=True)
-    return f"new inodes in {where}: mkdir {(t1 - t0) / n * 1e6:.0f} us, create {(t2 - t1) / n * 1e6:.0f} us"
+    run so two runs' figures can be compared. The probe's own inodes stay until `where` is removed at
+    the end: deleting them now would charge the first timed runs."""
+    probe = where / "inode-probe"
+    probe.mkdir()
+    t0 = time.perf_counter()
+    for i in range(n):
+        os.mkdir(probe / f"d{i}")
+    t1 = time.perf_counter()
+    for i in range(n):
+        (probe / f"d{i}" / "f").touch()
+    t2 = time.perf_counter()
+    return f"new inodes in {where.parent}: mkdir {(t1 - t0) / n * 1e6:.0f} us, create {(t2 - t1) / n * 1e6:.0f} us"
 
 
 def upload_raw(client: object, bucket: str, prefix: str, root: Path) -> None:
@@ -195,9 +194,9 @@ def main() -> None:
     from tests.core.helpers import fingerprint, spec
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime)", flush=True)
-    print(inode_probe(Path(tempfile.gettempdir())), flush=True)
     aws = shutil.which("aws")
     with seaweed_session("ck-tput-") as (tmp, server, env):
+        print(inode_probe(tmp), flush=True)
         datasets: list[tuple[str, int, Callable[[Path], int]]] = []
         rng = random.Random(8)
         n = max(10, int(2000 * args.scale))

@@ -36,7 +36,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -114,8 +113,8 @@ def main() -> None:
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(uptime), {os.cpu_count()} CPUs, uid {os.geteuid()}", flush=True)
-    print(inode_probe(Path(tempfile.gettempdir())), flush=True)
     with seaweed_session("ck-node-") as (tmp, server, env):
+        print(inode_probe(tmp), flush=True)
         server.client.create_bucket(Bucket="node")
         url = "s3://node/ck"
         src = tmp / "src"
