@@ -231,7 +231,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
              extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
              require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
              best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local,
-             captured: bool = True) -> None:
+             captured: bool) -> None:
     dest = report.dest
     sets: CapturedSets = "pinned" if not _takes_captured(pins) else "take" if captured else "skip"
     durability, max_bytes = local.durability, local.max_bytes
@@ -327,7 +327,7 @@ def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Pa
 
 def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
                       models: set[str] | None, report: HydrateReport, require_all: bool,
-                      trusted: tuple[PublicKey, ...], budget: Deadline, sets: CapturedSets = "take") \
+                      trusted: tuple[PublicKey, ...], budget: Deadline, sets: CapturedSets) \
         -> tuple[Store, list[Manifest], list[str]]:
     store = open_store()
     # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
@@ -395,7 +395,7 @@ def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport
 
 def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
              report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
-             budget: Deadline | None = None, captured: bool = True) -> list[Manifest]:
+             budget: Deadline | None, captured: bool) -> list[Manifest]:
     if pins is None:
         entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
     else:
