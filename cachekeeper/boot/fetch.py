@@ -36,7 +36,7 @@ from ..errors import (
     StoreError,
 )
 from ..format.layout import blob_key
-from ..fs.atomic import AtomicFile, fsync_dir
+from ..fs.atomic import WRITEBACK_EVERY, AtomicFile, fsync_dir
 from ..fs.paths import ensure_dir, sha256_file
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into
@@ -103,7 +103,7 @@ class _Run:
 
     def open(self, p: Placement) -> AtomicFile:
         ensure_dir(p.target.parent)
-        return AtomicFile(p.target, self.tag)
+        return AtomicFile(p.target, self.tag, writeback=self.durable)
 
     def read(self, digest: str, sink: Callable[[bytes], None], start: int, length: int, total: int) -> None:
         def counted(chunk: bytes) -> None:
@@ -190,12 +190,15 @@ class _Parts:
 
     def fetch(self, index: int) -> None:
         start, length = self.ranges[index]
-        pos = start
+        pos = flushed = start
 
         def sink(chunk: bytes) -> None:
-            nonlocal pos
+            nonlocal pos, flushed
             out.pwrite(chunk, pos)
             pos += len(chunk)
+            if pos - flushed >= WRITEBACK_EVERY:   # this part's own progress (a no-op without an fsync to come)
+                out.start_writeback(flushed, pos - flushed)
+                flushed = pos
 
         try:
             out = self._open()
@@ -316,7 +319,7 @@ class _PackSink:
                 n = min(end - self.pos, len(view))
                 piece = view[:n]
                 self.hash.update(piece)
-                self.out.write(piece)  # type: ignore[arg-type]
+                self.out.write(piece)
             view = view[n:]
             self.pos += n
             if self.pos == end and self.pos >= off:

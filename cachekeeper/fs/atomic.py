@@ -59,12 +59,17 @@ class AtomicFile:
     """A temp file beside `path` that becomes `path` on `commit()`; `abort()` (or a crash) leaves only
     a temp file a later sweep removes. Every OS failure is a one-line DestinationError.
 
-    Large files start their writeback every few MiB (sync_file_range), so the fsync in `commit` finds
-    little left to flush: durability costs overlap the download instead of following it."""
+    With `writeback` (for a writer that will fsync), large files start their writeback every
+    WRITEBACK_EVERY bytes (sync_file_range): `write` by itself, `pwrite`'s callers through
+    `start_writeback` for the range each of them streams. The fsync in `commit` then finds little left to
+    flush, so durability costs overlap the download instead of following it. Without an fsync to come
+    there is nothing to shorten: early writeback would only put the disk's queue in the download's way
+    (sync_file_range waits for room in it), so the kernel writes the pages back in its own time."""
 
-    def __init__(self, path: Path, tag: str | None = None) -> None:
+    def __init__(self, path: Path, tag: str | None = None, *, writeback: bool = True) -> None:
         self.path = path
         self.tmp = temp_path(path, tag)
+        self.writeback = writeback
         self._written = 0
         self._flushed = 0
         try:
@@ -72,26 +77,31 @@ class AtomicFile:
         except OSError as exc:
             raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
 
-    def pwrite(self, data: bytes, offset: int) -> None:
-        """Write at `offset` (parallel ranged downloads of one file); starts writeback of what it wrote."""
+    def pwrite(self, data: bytes | memoryview, offset: int) -> None:
+        """Write at `offset` (parallel ranged downloads of one file: each calls `start_writeback` for its own
+        range; chunks arrive as the network hands them over, often far below a MiB)."""
         try:
             view = memoryview(data)
             while view:
                 n = os.pwrite(self.f.fileno(), view, offset)
                 view, offset = view[n:], offset + n
-            if len(data) >= WRITEBACK_EVERY // 8:
-                _start_writeback(self.f.fileno(), offset - len(data), len(data))
         except OSError as exc:
             raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
 
-    def write(self, data: bytes) -> None:
+    def start_writeback(self, offset: int, length: int) -> None:
+        """Start writing bytes [offset, offset + length) back to the disk now, without waiting (only for a
+        writer that will fsync: see the class)."""
+        if self.writeback:
+            _start_writeback(self.f.fileno(), offset, length)
+
+    def write(self, data: bytes | memoryview) -> None:
         try:
             view = memoryview(data)
             while view:  # unbuffered: a short write is possible
                 view = view[self.f.write(view):]
             self._written += len(data)
             if self._written - self._flushed >= WRITEBACK_EVERY:
-                _start_writeback(self.f.fileno(), self._flushed, self._written - self._flushed)
+                self.start_writeback(self._flushed, self._written - self._flushed)
                 self._flushed = self._written
         except OSError as exc:
             self.abort()

@@ -1,7 +1,8 @@
-"""Files are fsynced and renamed on committer threads, off the download streams. The durability order
-must be what docs/durability.md says: each file's data is fsynced before its rename, each rename and
-each new directory is made durable by a fsync of its parent, and all of that happens before the state
-file (which lets later runs trust a file without reading it) is renamed into place."""
+"""With durability "fsync", files are fsynced and renamed on committer threads, off the download streams.
+The durability order must be what docs/durability.md says: each file's data is fsynced before its rename,
+each rename and each new directory is made durable by a fsync of its parent, and all of that happens before
+the state file (which lets later runs trust a file without reading it) is renamed into place. With
+durability "boot" no fsync follows, so nothing asks the disk to write back early either."""
 
 from __future__ import annotations
 
@@ -86,8 +87,10 @@ def test_each_file_is_durable_before_its_rename_and_everything_before_the_state_
             f"new directory {path} is not durable in its parent before the state file"
 
 
-def test_a_rename_that_fails_on_a_committer_thread_is_one_error_and_the_rest_is_recorded(
-        published: tuple[FileStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("durability", ["fsync", "boot"])
+def test_a_rename_that_fails_is_one_error_and_the_rest_is_recorded(
+        published: tuple[FileStore, dict[str, bytes], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        durability: str) -> None:
     store, files, name = published
     dest = tmp_path / "dest"
     victim = str(dest / "b" / "07.neff")
@@ -100,10 +103,52 @@ def test_a_rename_that_fails_on_a_committer_thread_is_one_error_and_the_rest_is_
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(DestinationError, match=r"cannot place .*07\.neff: Permission denied"):
-        hydrate_into(lambda: store, dest, [name], durability="fsync")
+        hydrate_into(lambda: store, dest, [name], durability=durability)
     state = load_state(dest)
     assert state is not None
     recorded = {k.split("/", 1)[1] for k in state.files}
     assert recorded == set(files) - {"b/07.neff"}
     assert {k: v for k, v in read_tree(dest).items() if k in recorded} == {k: files[k] for k in recorded}
     assert not list(dest.rglob("*.ck-tmp"))  # the failed file's temp is gone, not left for a sweep
+
+
+class _Arrivals(FileStore):
+    """Hands a body over in 64 KiB pieces, as a socket's reads do, not in the reader's whole 1 MiB chunks."""
+
+    def open_range(self, key, start, end, read_timeout, connect_timeout):  # type: ignore[no-untyped-def]
+        body = super().open_range(key, start, end, read_timeout, connect_timeout)
+        chunks = body.chunks
+
+        def pieces(size: int):  # type: ignore[no-untyped-def]
+            for chunk in chunks(size):
+                for i in range(0, len(chunk), 64 << 10):
+                    yield chunk[i:i + (64 << 10)]
+        body.chunks = pieces  # type: ignore[method-assign]
+        return body
+
+
+@pytest.mark.parametrize("parted", [False, True], ids=["one stream", "ranged parts"])
+@pytest.mark.parametrize(("durability", "early"), [("fsync", True), ("both", True), ("boot", False)])
+def test_only_a_run_that_fsyncs_starts_writeback_while_it_downloads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, early: bool, parted: bool) -> None:
+    """sync_file_range shortens the fsync to come: the whole blob's writeback is started during the download,
+    whether it streams whole or as parallel parts (each part starts its own range's, whatever size the
+    network's pieces are). With no fsync to come it would only compete with the download for the disk, so
+    durability "boot" leaves writeback to the kernel."""
+    from cachekeeper.boot import fetch
+    from cachekeeper.fs import atomic
+
+    big = os.urandom(24 << 20)   # three times WRITEBACK_EVERY; three parts of 8 MiB when parted
+    files = {"big.neff": big, "p/s.neff": b"small"}
+    store = _Arrivals(tmp_path / "store")
+    m = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch)
+    monkeypatch.setattr(fetch, "PART", (8 << 20) if parted else 0)
+    ranges: list[tuple[int, int]] = []
+    monkeypatch.setattr(atomic, "_start_writeback", lambda fd, offset, length: ranges.append((offset, length)))
+    hydrate_into(lambda: store, tmp_path / "dest", [m.name], durability=durability)
+    assert read_tree(tmp_path / "dest") == files
+    started = sorted(ranges)
+    if not early:
+        assert started == []
+    else:   # every byte of the blob, each once, in WRITEBACK_EVERY steps
+        assert started == [(off, 8 << 20) for off in range(0, len(big), 8 << 20)]

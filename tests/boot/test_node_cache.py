@@ -228,10 +228,10 @@ def test_a_node_cache_that_fills_up_midway_is_reported_and_the_dest_is_still_com
     store, files, name = published
 
     class NoSpace(fetch.AtomicFile):
-        def __init__(self, path: Path, tag: str | None = None) -> None:
+        def __init__(self, path: Path, tag: str | None = None, *, writeback: bool = True) -> None:
             if "/node/objects/" in str(path):
                 raise DestinationError(f"cannot write to {path.parent}: No space left on device")
-            super().__init__(path, tag)
+            super().__init__(path, tag, writeback=writeback)
 
     monkeypatch.setattr(fetch, "AtomicFile", NoSpace)
     report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
