@@ -36,7 +36,7 @@ from ..errors import (
     StoreError,
 )
 from ..format.layout import blob_key
-from ..fs.atomic import WRITEBACK_EVERY, AtomicFile, fsync_dir
+from ..fs.atomic import AtomicFile, fsync_dir
 from ..fs.paths import ensure_dir, sha256_file
 from ..stores.base import Store
 from ..stores.reader import Deadline, read_into
@@ -190,19 +190,9 @@ class _Parts:
 
     def fetch(self, index: int) -> None:
         start, length = self.ranges[index]
-        pos = flushed = start
-
-        def sink(chunk: bytes) -> None:
-            nonlocal pos, flushed
-            out.pwrite(chunk, pos)
-            pos += len(chunk)
-            if pos - flushed >= WRITEBACK_EVERY:   # this part's own progress (a no-op without an fsync to come)
-                out.start_writeback(flushed, pos - flushed)
-                flushed = pos
-
         try:
-            out = self._open()
-            self.run.read(self.digest, sink, start, length, self.size)
+            part = self._open().stream(start)   # this part's slice, its writeback started by its own progress
+            self.run.read(self.digest, part.write, start, length, self.size)
             self._advance(index)
         except BaseException as exc:
             with self.lock:

@@ -55,14 +55,30 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
         _writeback(fd, offset, length)  # type: ignore[operator]
 
 
+class _Stream:
+    """Sequential writes into an AtomicFile from `pos` on, starting the writeback of its own range every
+    WRITEBACK_EVERY bytes when the file asks for it: one per file (`AtomicFile.write`), or one per ranged
+    part writing its slice of a large blob (`AtomicFile.stream`), whatever size the network's chunks are."""
+
+    def __init__(self, file: AtomicFile, pos: int) -> None:
+        self.file = file
+        self.pos = self.flushed = pos
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.file.pwrite(data, self.pos)
+        self.pos += len(data)
+        if self.file.writeback and self.pos - self.flushed >= WRITEBACK_EVERY:
+            _start_writeback(self.file.f.fileno(), self.flushed, self.pos - self.flushed)
+            self.flushed = self.pos
+
+
 class AtomicFile:
     """A temp file beside `path` that becomes `path` on `commit()`; `abort()` (or a crash) leaves only
     a temp file a later sweep removes. Every OS failure is a one-line DestinationError.
 
-    With `writeback` (for a writer that will fsync), large files start their writeback every
-    WRITEBACK_EVERY bytes (sync_file_range): `write` by itself, `pwrite`'s callers through
-    `start_writeback` for the range each of them streams. The fsync in `commit` then finds little left to
-    flush, so durability costs overlap the download instead of following it. Without an fsync to come
+    With `writeback` (for a writer that will fsync), every stream of a large file starts its writeback
+    every WRITEBACK_EVERY bytes (sync_file_range, `_Stream`). The fsync in `commit` then finds little left
+    to flush, so durability costs overlap the download instead of following it. Without an fsync to come
     there is nothing to shorten: early writeback would only put the disk's queue in the download's way
     (sync_file_range waits for room in it), so the kernel writes the pages back in its own time."""
 
@@ -70,42 +86,34 @@ class AtomicFile:
         self.path = path
         self.tmp = temp_path(path, tag)
         self.writeback = writeback
-        self._written = 0
-        self._flushed = 0
         try:
             self.f: BinaryIO = open(self.tmp, "xb", buffering=0)  # noqa: SIM115 - closed by commit/abort
         except OSError as exc:
             raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+        self._sequential = _Stream(self, 0)
 
     def pwrite(self, data: bytes | memoryview, offset: int) -> None:
-        """Write at `offset` (parallel ranged downloads of one file: each calls `start_writeback` for its own
-        range; chunks arrive as the network hands them over, often far below a MiB)."""
+        """Write at `offset`; no writeback of its own (a `_Stream` starts it for the range it writes)."""
         try:
             view = memoryview(data)
-            while view:
+            while view:   # a short write is possible
                 n = os.pwrite(self.f.fileno(), view, offset)
                 view, offset = view[n:], offset + n
         except OSError as exc:
             raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
 
-    def start_writeback(self, offset: int, length: int) -> None:
-        """Start writing bytes [offset, offset + length) back to the disk now, without waiting (only for a
-        writer that will fsync: see the class)."""
-        if self.writeback:
-            _start_writeback(self.f.fileno(), offset, length)
+    def stream(self, offset: int) -> _Stream:
+        """A sequential writer from `offset` on: one per ranged part of a large blob (parallel, each its own
+        slice of the file)."""
+        return _Stream(self, offset)
 
     def write(self, data: bytes | memoryview) -> None:
+        """Append (the file written front to back by one writer); a failure discards the temp file."""
         try:
-            view = memoryview(data)
-            while view:  # unbuffered: a short write is possible
-                view = view[self.f.write(view):]
-            self._written += len(data)
-            if self._written - self._flushed >= WRITEBACK_EVERY:
-                self.start_writeback(self._flushed, self._written - self._flushed)
-                self._flushed = self._written
-        except OSError as exc:
+            self._sequential.write(data)
+        except DestinationError:
             self.abort()
-            raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
+            raise
 
     def commit(self, *, fsync: bool) -> os.stat_result:
         """Rename into place (atomically replacing a file or a symlink there, never following it);
