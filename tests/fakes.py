@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildCommand, BuildJob
-from cachekeeper.format.fingerprint import Fingerprint
+from cachekeeper.backends.base import CACHE_ROOT, Backend, BuildCommand, BuildJob, Fingerprint
 
 ENABLE = {"CACHEKEEPER_BACKENDS": "fake=tests.fakes:FakeBackend"}
 REPO = Path(__file__).resolve().parents[1]

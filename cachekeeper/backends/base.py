@@ -19,13 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from ..errors import BackendUnavailable
 from ..format.fingerprint import Fingerprint
-from ..format.spec import EntrySpec, ModelRef
+from ..format.spec import EntrySpec, ModelRef, Shape
 
 CACHE_ROOT = "cache"  # the root the backend's env var points at; every backend has it
 
-# ModelRef lives with the other specs (spec.py); plugins import it from here, so it stays re-exported.
-__all__ = ["CACHE_ROOT", "Backend", "BuildCommand", "BuildJob", "ModelRef"]
+# The backend plugin contract (docs/backends.md): every name a plugin needs, and only these are promised.
+# Fingerprint, the specs and BackendUnavailable live in format/ and errors.py; plugins import them from here.
+__all__ = ["CACHE_ROOT", "Backend", "BackendUnavailable", "BuildCommand", "BuildJob", "EntrySpec", "Fingerprint",
+           "ModelRef", "Shape"]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from ..backends import can_offload, modes_for, registry
 from ..bounds import BUILD_TIMEOUT, BYTE_BUDGET, COUNT, DEADLINE, SIZE, WORKERS
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
-from ..stores.url import local_path, parse_store_url
+from ..stores.schemes import parse_store_url
+from ..stores.url import local_path
 from .model import Config, ModelMatrix
 from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
 

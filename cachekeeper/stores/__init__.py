@@ -1,4 +1,5 @@
-"""Open a store from its URL. Cloud SDKs are imported only when their scheme is used."""
+"""Open a store from its URL, by the store registered for its scheme (stores/schemes.py). Cloud SDKs are
+imported only when their scheme is opened."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import os
 from pathlib import Path
 
 from .base import Store
-from .url import StoreURL, parse_store_url
+from .schemes import installed_schemes, open_url, parse_store_url
+from .url import StoreURL
 
-__all__ = ["Store", "StoreURL", "default_home", "default_store_url", "open_store", "parse_store_url"]
+__all__ = ["Store", "StoreURL", "default_home", "default_store_url", "installed_schemes", "open_store",
+           "parse_store_url"]
 
 
 def default_home() -> Path:
@@ -20,13 +23,6 @@ def default_store_url() -> str:
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    """`file:///abs/path` or a plain path, `s3://bucket/prefix`, `gs://bucket/prefix` (see stores/url.py)."""
-    where = parse_store_url(url or default_store_url())
-    if where.scheme == "s3":
-        from .s3 import S3Store
-        return S3Store(where.bucket, where.path)
-    if where.scheme == "gs":
-        from .gcs import GCSStore
-        return GCSStore(where.bucket, where.path)
-    from .file import FileStore
-    return FileStore(Path(where.path), create=create)
+    """The store `url` names (default: CACHEKEEPER_STORE, else the home's `store/`), by its scheme:
+    `file:///abs/path` or a plain path, `s3://bucket/prefix`, `gs://bucket/prefix`, or a plugin's."""
+    return open_url(url or default_store_url(), create=create)

@@ -1,9 +1,15 @@
-"""The storage contract every store implements (file, memory, s3, gcs).
+"""The storage contract every store implements (file, memory, s3, gcs), and what a store plugin imports.
 
 Objects are immutable: `put` never replaces an existing key (S3 `IfNoneMatch='*'`, GCS
 `if_generation_match=0`, exclusive create locally) and says whether it wrote. Keys are POSIX-style
 relative paths validated by `check_key`. Stores raise only `cachekeeper.errors` classes, so the CLI can
 print one line; `cachekeeper.testing.stores.StoreConformance` is the suite every store passes.
+
+A store is reached from a URL by its scheme: a distribution registers an object under the entry-point group
+`cachekeeper.stores` (its name is the scheme), either its `Store` subclass, which parses its URLs
+(`parse_url`) and opens one (`open_url`), or a `LazyStore` naming that class when its module imports a
+heavy SDK. `__all__` is the whole contract a store plugin needs (docs/stores.md); nothing else of
+cachekeeper is promised to stay where it is.
 """
 
 from __future__ import annotations
@@ -15,12 +21,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Literal
 
-from ..errors import UnsafePath
+from ..errors import (
+    ObjectNotFound,
+    StoreAuthError,
+    StoreError,
+    StoreNotFound,
+    StoreRetryable,
+    StoreUnreachable,
+    StoreWriteDenied,
+    UnsafePath,
+    UsageError,
+)
 from ..format.layout import MANIFESTS
 from ..fs.paths import safe_relpath
+from .url import StoreURL, location_url
 
 if TYPE_CHECKING:
     from .reader import Body
+
+# The store plugin contract (docs/stores.md): a plugin imports these names from here, and only these.
+__all__ = [
+    "Debris", "LazyStore", "ObjectInfo", "ObjectNotFound", "Store", "StoreAuthError", "StoreError", "StoreNotFound",
+    "StoreRetryable", "StoreURL", "StoreUnreachable", "StoreWriteDenied", "UnsafePath", "UsageError", "check_key",
+    "location_url",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +78,22 @@ class Store(abc.ABC):
     """An immutable object store. Implementations must be safe to call from several threads."""
 
     url: str
+
+    # --- reached from a URL (the `cachekeeper.stores` entry point names the class) ------------------
+
+    @classmethod
+    def parse_url(cls, url: str, base: str | Path | None = None) -> StoreURL:
+        """Check a URL of this store's scheme and give its canonical form; raise `UsageError` (its `url`
+        set) when it is malformed. `base`: what a relative local path is relative to (the cwd, or the
+        config's directory). The default reads `scheme://location/prefix` with a location required."""
+        return location_url(url)
+
+    @classmethod
+    def open_url(cls, where: StoreURL, *, create: bool = True) -> Store:
+        """Open the store `where` (`parse_url`'s result) names. `create`: a writer may create what is
+        missing (a directory); a reader passes False and gets `StoreNotFound` instead."""
+        raise UsageError(f"store class {cls.__module__}.{cls.__qualname__} cannot be opened from a URL",
+                         "a store registered under a URL scheme defines the classmethod open_url")
 
     @abc.abstractmethod
     def put_bytes(self, key: str, data: bytes) -> bool:
@@ -176,3 +216,26 @@ class OnDemand:
             store, self._store, self._closed = self._store, None, True
         if store is not None:
             store.close()
+
+
+class LazyStore:
+    """What a `cachekeeper.stores` entry point names for a store whose module imports a heavy SDK: it
+    parses URLs by the default rule (`Store.parse_url`) without importing `target` ("module:Class", a
+    Store subclass), and imports it only to open a store, so `file://` users never load the SDK."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __repr__(self) -> str:
+        return f"LazyStore({self.target!r})"
+
+    def parse_url(self, url: str, base: str | Path | None = None) -> StoreURL:
+        return location_url(url)
+
+    def open_url(self, where: StoreURL, *, create: bool = True) -> Store:
+        import importlib
+
+        module, _, name = self.target.partition(":")
+        store_class = getattr(importlib.import_module(module), name)
+        store: Store = store_class.open_url(where, create=create)
+        return store

@@ -1,4 +1,6 @@
-"""`file://` store: a directory tree, the embedded default. Exclusive create via link(2)."""
+"""`file://` store: a directory tree, the embedded default. Exclusive create via link(2).
+
+Registered as the scheme `file` (pyproject's `cachekeeper.stores` entry points); a plain path means it too."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import ObjectNotFound, StoreError, StoreNotFound
+from ..errors import ObjectNotFound, StoreError, StoreNotFound, UsageError
 from ..format.layout import TEMP_SUFFIX
 from ..fs.atomic import atomic_writer
 from ..fs.paths import CHUNK
 from .base import Debris, ObjectInfo, Store, check_key
 from .reader import Body
+from .url import StoreURL, local_path, split_url
 
 
 class _FileBody(Body):
@@ -40,6 +43,18 @@ class _FileBody(Body):
 
 
 class FileStore(Store):
+    @classmethod
+    def parse_url(cls, url: str, base: str | Path | None = None) -> StoreURL:
+        """`file:///abs/dir`, `file://rel/dir` or a plain path; relative to `base` (default the cwd)."""
+        rest = split_url(url)[1]
+        if not rest:
+            raise UsageError(f"store {url!r} names no directory", "use file:///path or a plain path", url=url)
+        return StoreURL("file", "", local_path(rest, base))
+
+    @classmethod
+    def open_url(cls, where: StoreURL, *, create: bool = True) -> FileStore:
+        return cls(Path(where.path), create=create)
+
     def __init__(self, root: Path, *, create: bool = True) -> None:
         self.root = root.absolute()
         self.url = f"file://{self.root}"

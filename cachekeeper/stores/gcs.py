@@ -29,6 +29,7 @@ from ..errors import StoreAuthError, StoreError, StoreUnreachable
 from ._util import ClientSlot
 from .base import ObjectInfo, Store, check_key
 from .ranged import RangedReads, Response, Send, nothing_listens
+from .url import StoreURL
 
 # Up to this size put_file sends one request, which honours if_generation_match everywhere; above it
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
@@ -107,6 +108,10 @@ class GCSStore(RangedReads, Store):
     get_headers: ClassVar[Mapping[str, str]] = {"Accept-Encoding": "identity"}  # bytes as stored, as digested
     simple_upload_max = SIMPLE_UPLOAD_MAX
     chunk_size = CHUNK_SIZE
+
+    @classmethod
+    def open_url(cls, where: StoreURL, *, create: bool = True) -> GCSStore:   # registered: stores/clouds.py
+        return cls(where.bucket, where.path)
 
     def __init__(self, bucket: str, prefix: str) -> None:
         super().__init__("gs", bucket, prefix)

@@ -37,6 +37,7 @@ from ..fs.paths import CHUNK
 from ._util import ClientSlot
 from .base import Debris, ObjectInfo, Store, check_key
 from .ranged import RangedReads, Send
+from .url import StoreURL
 
 DEFAULT_REGION = "us-east-1"
 
@@ -144,6 +145,10 @@ class S3Store(RangedReads, Store):
     part_size = 16 << 20
     upload_threads = 4  # parts in flight, so at most upload_threads * part_size bytes in memory
     max_parts = 10_000  # S3's limit; part_size grows for files beyond part_size * max_parts
+
+    @classmethod
+    def open_url(cls, where: StoreURL, *, create: bool = True) -> S3Store:   # registered: stores/clouds.py
+        return cls(where.bucket, where.path)
 
     def __init__(self, bucket: str, prefix: str) -> None:
         super().__init__("s3", bucket, prefix)

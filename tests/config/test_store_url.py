@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cachekeeper.errors import UsageError
-from cachekeeper.stores import open_store
-from cachekeeper.stores.url import StoreURL, parse_store_url
+from cachekeeper.stores import StoreURL, open_store, parse_store_url
 
 from .util import minimal, parse
 
@@ -37,7 +39,7 @@ def test_home_expands_in_file_paths(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(("url", "message"), [
-    ("ftp://x/y", "unsupported store URL scheme 'ftp' in 'ftp://x/y'"),
+    ("ftp://x/y", "unsupported store URL scheme 'ftp' in 'ftp://x/y' (installed schemes: file, gs, s3)"),
     ("s3:///prefix", "store 's3:///prefix' names no bucket"),
     ("gs://", "store 'gs://' names no bucket"),
     ("file://", "store 'file://' names no directory"),
@@ -46,7 +48,43 @@ def test_bad_store_urls_are_usage_errors_carrying_the_url(url: str, message: str
     with pytest.raises(UsageError) as caught:
         parse_store_url(url)
     assert (caught.value.message, caught.value.url) == (message, url)
-    assert caught.value.hint.startswith("use ")
+    assert caught.value.hint.startswith(("use ", "install the package that registers ftp://"))
+
+
+@pytest.mark.parametrize(("url", "meant"), [
+    ("gs:/bucket", "gs://bucket"),
+    ("gs:bucket/p", "gs://bucket/p"),
+    ("gs//bucket", "gs://bucket"),
+    ("s3:bucket", "s3://bucket"),
+    ("s3:/bucket/prefix", "s3://bucket/prefix"),
+    ("file:/srv/store", "file:///srv/store"),
+    ("file:rel", "file://rel"),
+    ("fiel:/srv/store", "file:///srv/store"),
+])
+def test_a_url_missing_its_slashes_is_refused_with_the_url_it_meant(url: str, meant: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_store_url(url)
+    assert caught.value.exit_code == 2 and caught.value.url == url
+    assert caught.value.message == f"store {url!r} looks like a mistyped {meant.partition(':')[0]}:// URL"
+    assert caught.value.hint == f"did you mean {meant}? (a local directory: write ./{url})"
+
+
+@pytest.mark.parametrize(("url", "meant"), [
+    ("gcs://bucket/p", "gs://bucket/p"),
+    ("S3A://bucket", "s3://bucket"),
+    ("fiel:///srv/store", "file:///srv/store"),
+    ("flie://rel", "file://rel"),
+])
+def test_a_misspelt_scheme_lists_the_installed_ones_and_suggests_the_closest(url: str, meant: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_store_url(url)
+    assert caught.value.message.endswith("(installed schemes: file, gs, s3)")
+    assert caught.value.hint == f"did you mean {meant}?"
+
+
+@pytest.mark.parametrize("path", ["data:2024/store", "./gs:/bucket", "runs//store", "a/s3:b"])
+def test_a_path_that_only_contains_a_colon_or_double_slash_is_still_a_directory(path: str) -> None:
+    assert parse_store_url(path, "/base") == StoreURL("file", "", os.path.normpath(f"/base/{path}"))
 
 
 def test_open_store_opens_the_directory_the_config_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,3 +98,13 @@ def test_open_store_opens_the_directory_the_config_names(tmp_path: Path, monkeyp
 def test_open_store_refuses_what_the_config_refuses() -> None:
     with pytest.raises(UsageError, match="names no bucket"):
         open_store("s3:///prefix")
+
+
+def test_parsing_a_cloud_url_imports_no_sdk() -> None:
+    """A config naming an S3 or GCS store is read without the SDK: only opening the store loads it."""
+    code = ("import sys; from cachekeeper.stores import parse_store_url; "
+            "assert str(parse_store_url('s3://b/p')) == 's3://b/p' and str(parse_store_url('gs://b')) == 'gs://b'; "
+            "print(sorted(m for m in ('botocore', 'boto3', 'google.cloud.storage', 'cachekeeper.stores.s3', "
+            "'cachekeeper.stores.gcs') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
