@@ -143,6 +143,11 @@ class QueuePayloadError(CatalogError):
     """A queued build written by another cachekeeper release."""
 
 
+class CatalogURLError(UsageError, CatalogError):
+    """A catalog URL that names no supported database (a misspelt scheme or driver, a missing `://`): bad
+    input, exit 2, and still a CatalogError to a library caller catching those."""
+
+
 # --- backends, builds, hydrate (6-11) --------------------------------------------------------------
 
 class BackendUnavailable(CachekeeperError):

@@ -22,6 +22,7 @@ from .settings import (
     CONNECT_TIMEOUT_S,
     SQLITE_BUSY_TIMEOUT_S,
     VERSION_TABLE,
+    check_url,
     heads,
     migrations_dir,
     revisions,
@@ -42,6 +43,7 @@ WRITE = "cachekeeper_write"
 
 
 def parse_url(url: str) -> URL:
+    url = check_url(url)   # typos (exit 2, did-you-mean) and a relative SQLite path, resolved
     try:
         parsed = make_url(url)
     except ArgumentError:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CatalogError
 from .rows import CatalogRow
-from .settings import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S, VERSION_TABLE, default_url, heads
+from .settings import CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_S, VERSION_TABLE, check_url, default_url, heads
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Select
@@ -178,7 +178,7 @@ def direct_lines(url: str | None, *, fingerprint_id: str | None, backend: str | 
     """`ls` lines read with the database driver alone, or None when this is not the plain case (no such
     SQLite file yet, a schema at another revision, a URL or driver SQLAlchemy would treat its own way, a
     database that does not answer): the caller then opens the `Catalog`, which migrates or explains."""
-    url = url or default_url()
+    url = check_url(url or default_url())
     raw, dialect = _connect(url)
     if raw is None:
         return None

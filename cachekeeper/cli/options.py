@@ -119,10 +119,10 @@ def open_catalog(url: str | None, config: Config | None, *, readonly: bool = Fal
 def _require_existing(url: str | None) -> None:
     """Inspection never creates a catalog: a SQLite file that is not there (a typo, a fresh host) is one
     error, not an empty catalog made on the spot."""
-    from ..catalog.settings import default_url
+    from ..catalog.settings import check_url, default_url
     from ..errors import CatalogMissing
 
-    scheme, sep, rest = (url or default_url()).partition("://")
+    scheme, sep, rest = check_url(url or default_url()).partition("://")
     if scheme.partition("+")[0] != "sqlite" or not sep:
         return
     path = rest[1:].partition("?")[0]

@@ -56,7 +56,6 @@ _COMPONENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")            # a pipeline at
 _HUB_RE = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
 _INPUTS_RE = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 _SHAPE_RE = re.compile(r"(\d+)x(\d+)(?:x(\d+))?")
-_DB_URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)(?:\+[A-Za-z0-9_]+)?://(.*)")
 
 
 def load_config(path: str | Path) -> Config:
@@ -193,19 +192,14 @@ class _Schema(NodeReader):
             raise self.error(node, f"{e.message} ({e.hint})" if e.hint else e.message) from None
 
     def catalog(self, node: Node) -> str:
-        url = self.string(node, "catalog")
-        match = _DB_URL_RE.fullmatch(url)
-        if not match:
-            raise self.error(node, f"catalog {url!r} is not a database URL "
-                                   "(e.g. sqlite:///catalog.db or postgresql+psycopg://host/db)")
-        rest = match.group(2)
-        if match.group(1).lower() != "sqlite" or not rest.startswith("/"):
-            return url
-        path, query_sep, query = rest[1:].partition("?")
-        if path in ("", ":memory:") or path.startswith("file:"):
-            return url
-        # sqlite:///rel is relative to the cwd in SQLAlchemy; pin it to the config's directory
-        return url[: len(url) - len(rest)] + "/" + local_path(path, self.base) + query_sep + query
+        """The URL as catalog/settings.py checks it (a typo's did-you-mean); a relative `sqlite:///` path is
+        pinned to the config's directory (in SQLAlchemy it would be relative to the cwd)."""
+        from ..catalog.settings import check_url  # only for a config that names a catalog: not on the boot path
+
+        try:
+            return check_url(self.string(node, "catalog"), self.base)
+        except UsageError as e:
+            raise self.error(node, f"{e.message} ({e.hint})" if e.hint else e.message) from None
 
     def backend_options(self, top: Fields) -> dict[str, dict[str, str]]:
         """backend -> {option: value} as strings: they feed the toolchain fingerprint, not entry keys."""

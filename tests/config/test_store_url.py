@@ -108,3 +108,31 @@ def test_parsing_a_cloud_url_imports_no_sdk() -> None:
             "'cachekeeper.stores.gcs') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("url", "error", "hint"), [
+    ("gs:/bucket", "store 'gs:/bucket' looks like a mistyped gs:// URL",
+     "did you mean gs://bucket? (a local directory: write ./gs:/bucket)"),
+    ("file:/srv/store", "store 'file:/srv/store' looks like a mistyped file:// URL",
+     "did you mean file:///srv/store? (a local directory: write ./file:/srv/store)"),
+    ("s3:bucket", "store 's3:bucket' looks like a mistyped s3:// URL",
+     "did you mean s3://bucket? (a local directory: write ./s3:bucket)"),
+    ("gcs://bucket", "unsupported store URL scheme 'gcs' in 'gcs://bucket' (installed schemes: file, gs, s3)",
+     "did you mean gs://bucket?"),
+])
+@pytest.mark.parametrize("source", ["--store", "CACHEKEEPER_STORE"])
+def test_a_store_url_typo_through_the_cli_is_one_error_with_a_did_you_mean_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, error: str, hint: str, source: str) -> None:
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CACHEKEEPER_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CACHEKEEPER_STORE", raising=False)
+    argv = ["verify", "--store", url] if source == "--store" else ["verify"]
+    if source != "--store":
+        monkeypatch.setenv(source, url)
+    _register()
+    result = CliRunner().invoke(cli, argv)
+    assert (result.exit_code, result.output.splitlines()) == (2, [f"error: {error}", f"hint: {hint}"])
