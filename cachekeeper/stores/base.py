@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Literal
+from typing import BinaryIO, Literal
 
 from ..errors import (
     ObjectNotFound,
@@ -36,14 +36,11 @@ from ..format.layout import MANIFESTS
 from ..fs.paths import safe_relpath
 from .url import StoreURL, location_url
 
-if TYPE_CHECKING:
-    from .reader import Body
-
 # The store plugin contract (docs/stores.md): a plugin imports these names from here, and only these.
 __all__ = [
-    "Debris", "LazyStore", "ObjectInfo", "ObjectNotFound", "Store", "StoreAuthError", "StoreError", "StoreNotFound",
-    "StoreRetryable", "StoreURL", "StoreUnreachable", "StoreWriteDenied", "UnsafePath", "UsageError", "check_key",
-    "location_url",
+    "Body", "BytesBody", "Debris", "LazyStore", "ObjectInfo", "ObjectNotFound", "Store", "StoreAuthError",
+    "StoreError", "StoreNotFound", "StoreRetryable", "StoreURL", "StoreUnreachable", "StoreWriteDenied", "UnsafePath",
+    "UsageError", "check_key", "location_url",
 ]
 
 
@@ -64,6 +61,29 @@ class Debris:
     mtime: float      # when it was started
     size: int = 0
     upload_id: str = ""
+
+
+class Body:
+    """One attempt's response: `total` is the object's whole size when the store said it."""
+
+    total: int | None = None
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connection (a half-read body must not go back to a pool)."""
+
+
+class BytesBody(Body):
+    def __init__(self, data: bytes, total: int | None) -> None:
+        self.data = data
+        self.total = total
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        view = memoryview(self.data)
+        for i in range(0, len(view), size):
+            yield bytes(view[i:i + size])
 
 
 def check_key(key: str) -> str:
@@ -125,8 +145,6 @@ class Store(abc.ABC):
         of its own; a failure another attempt may cure raises `StoreRetryable`. This default reads
         through `get_range`, whole; the network stores override it to stream with their timeouts.
         """
-        from .reader import BytesBody
-
         if end is None:
             data = self.get_bytes(key)
             return BytesBody(data[start:], len(data))

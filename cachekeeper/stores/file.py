@@ -15,8 +15,7 @@ from ..errors import ObjectNotFound, StoreError, StoreNotFound, UsageError
 from ..format.layout import TEMP_SUFFIX
 from ..fs.atomic import atomic_writer
 from ..fs.paths import CHUNK
-from .base import Debris, ObjectInfo, Store, check_key
-from .reader import Body
+from .base import Body, Debris, ObjectInfo, Store, check_key
 from .url import StoreURL, local_path, split_url
 
 

@@ -20,7 +20,8 @@ import urllib3.exceptions
 
 from ..errors import StoreAuthError, StoreError, StoreRetryable, StoreUnreachable
 from ._util import BucketPlumbing
-from .reader import Body, BytesBody, parse_content_range
+from .base import Body, BytesBody
+from .reader import parse_content_range
 
 
 class Response(Protocol):

@@ -6,21 +6,20 @@ received (a ranged request), never past the deadline. Reads stop at the declared
 larger than its manifest says is never read beyond it, and one whose total size disagrees is refused
 before its body is read.
 
-A store provides one primitive, `Store.open_range` (a single attempt, no retries of its own).
+A store provides one primitive, `Store.open_range` (a single attempt, no retries of its own), which returns
+a `Body` (stores/base.py: the contract imports nothing of this module).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from ..errors import HydrateIncomplete, IntegrityError, StoreError, StoreRetryable
-
-if TYPE_CHECKING:  # base.py names Body from here: a runtime import either way would be a cycle
-    from .base import Store
+from .base import Store
 
 T = TypeVar("T")
 READ_CHUNK = 1 << 20   # bytes a reader holds at once: the unit of "bytes in flight"
@@ -109,29 +108,6 @@ def default_policy() -> RetryPolicy:
 
     stall = checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # a typo is an error, never ignored
     return RetryPolicy(stall=RetryPolicy.stall if stall is None else float(stall))
-
-
-class Body:
-    """One attempt's response: `total` is the object's whole size when the store said it."""
-
-    total: int | None = None
-
-    def chunks(self, size: int) -> Iterator[bytes]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the connection (a half-read body must not go back to a pool)."""
-
-
-class BytesBody(Body):
-    def __init__(self, data: bytes, total: int | None) -> None:
-        self.data = data
-        self.total = total
-
-    def chunks(self, size: int) -> Iterator[bytes]:
-        view = memoryview(self.data)
-        for i in range(0, len(view), size):
-            yield bytes(view[i:i + size])
 
 
 def parse_content_range(value: str | None) -> int | None:

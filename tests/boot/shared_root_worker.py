@@ -17,8 +17,8 @@ from pathlib import Path
 
 from cachekeeper.boot.hydrate import hydrate
 from cachekeeper.boot.resolve import Pin
+from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
-from cachekeeper.stores.reader import Body
 from tests.core.helpers import fingerprint
 
 

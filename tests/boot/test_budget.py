@@ -16,8 +16,9 @@ import pytest
 from cachekeeper import snapshot
 from cachekeeper.errors import HydrateIncomplete
 from cachekeeper.stores import reader
+from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
-from cachekeeper.stores.reader import Body, RetryPolicy
+from cachekeeper.stores.reader import RetryPolicy
 
 from .helpers import build_tree, hydrate_into, publish_tree, read_tree, write_tree
 

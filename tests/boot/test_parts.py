@@ -12,8 +12,8 @@ import pytest
 from cachekeeper.boot import fetch
 from cachekeeper.errors import HydrateIncomplete, IntegrityError, StoreError
 from cachekeeper.format.layout import blob_key
+from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
-from cachekeeper.stores.reader import Body
 
 from .helpers import hydrate_into, publish_tree, read_tree, write_tree
 

@@ -12,8 +12,8 @@ import pytest
 from cachekeeper.errors import DestinationError, IntegrityError, ManifestError, UnsafePath
 from cachekeeper.format.signing import SigningKey
 from cachekeeper.publish import publish
+from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
-from cachekeeper.stores.reader import Body
 
 from .helpers import fingerprint, hydrate_into, read_tree, spec, write_tree
 

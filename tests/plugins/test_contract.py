@@ -87,3 +87,12 @@ def test_it_is_the_only_deprecation_shim() -> None:
     warns = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cachekeeper").rglob("*.py")
                    if "DeprecationWarning" in p.read_text())
     assert warns == ["cachekeeper/fingerprint.py"]
+
+
+def test_the_store_contract_imports_nothing_of_its_package_but_the_url_values() -> None:
+    """stores/base.py is what every store and the read side build on: it imports none of them, not even for
+    type checking (import-linter skips those; the contract in pyproject covers the rest)."""
+    tree = ast.parse((REPO / "cachekeeper" / "stores" / "base.py").read_text())
+    siblings = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+    assert siblings == {"url"}
+    assert "TYPE_CHECKING" not in {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
