@@ -136,3 +136,24 @@ def test_a_store_url_typo_through_the_cli_is_one_error_with_a_did_you_mean_and_e
     _register()
     result = CliRunner().invoke(cli, argv)
     assert (result.exit_code, result.output.splitlines()) == (2, [f"error: {error}", f"hint: {hint}"])
+
+
+def test_the_installed_schemes_are_the_ones_pyproject_registers() -> None:
+    """cachekeeper's own stores are entry points like a plugin's: a venv installed before a scheme was added
+    lacks it (rerun `scripts/setup test`, which reinstalls the package's metadata)."""
+    import tomllib
+
+    from cachekeeper.stores import installed_schemes
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert installed_schemes() == sorted(pyproject["project"]["entry-points"]["cachekeeper.stores"])
+
+
+def test_with_no_store_registered_the_error_says_to_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cachekeeper.stores import schemes
+
+    monkeypatch.setattr(schemes, "_registered", dict)
+    with pytest.raises(UsageError) as caught:
+        parse_store_url("/srv/store")
+    assert caught.value.message == "unsupported store URL scheme 'file' in '/srv/store' (installed schemes: none)"
+    assert caught.value.hint.startswith("cachekeeper's package metadata registers no store: reinstall")
