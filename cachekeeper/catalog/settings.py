@@ -90,7 +90,7 @@ def _suggest(dialect: str, rest: str) -> str:
     """`dialect://rest`, with SQLite's third slash (a relative path) added where it is missing."""
     if dialect == "sqlite" and not rest.startswith("/"):
         return f"sqlite:///{rest}"
-    return f"{dialect}://{rest}" if dialect != "sqlite" else f"sqlite://{rest}"
+    return f"{dialect}://{rest}"
 
 
 def _wrong(url: str, meant: str, why: str) -> CatalogURLError:

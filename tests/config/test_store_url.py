@@ -157,3 +157,16 @@ def test_with_no_store_registered_the_error_says_to_reinstall(monkeypatch: pytes
         parse_store_url("/srv/store")
     assert caught.value.message == "unsupported store URL scheme 'file' in '/srv/store' (installed schemes: none)"
     assert caught.value.hint.startswith("cachekeeper's package metadata registers no store: reinstall")
+
+
+def test_a_store_whose_module_cannot_be_imported_is_one_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a cloud scheme says without its SDK: a LazyStore's import fails when the store is opened."""
+    from cachekeeper.stores import schemes
+    from cachekeeper.stores.base import LazyStore
+
+    monkeypatch.setattr(schemes, "_registered", lambda: {"lazy": []})
+    monkeypatch.setattr(schemes, "store_scheme", lambda scheme: LazyStore("ck_no_such_module:Store"))
+    with pytest.raises(UsageError) as caught:
+        open_store("lazy://bucket/p")
+    assert caught.value.message == "the lazy:// store cannot be loaded: No module named 'ck_no_such_module'"
+    assert caught.value.url == "lazy://bucket/p"
