@@ -3,7 +3,7 @@ passes BackendConformance where it is installed, its real build subprocess inclu
 
 from __future__ import annotations
 
-from .conftest import HERE, Plugged
+from .distributions import HERE, Plugged
 
 
 def test_the_plugin_backend_passes_backend_conformance(plugged: Plugged) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, REPO
+from .distributions import HERE, REPO
 
 CONTRACTS = ("cachekeeper.backends.base", "cachekeeper.stores.base", "cachekeeper.testing.backends",
              "cachekeeper.testing.stores")

@@ -1,7 +1,7 @@
 """A store from an outside package is reached from its URL: the package registers its scheme in the
 `cachekeeper.stores` entry-point group (stores/schemes.py), as cachekeeper's own file/s3/gs do.
 
-The plugin (tests/plugins/dirstore) is installed as a distribution in a temp site dir (conftest.py) and
+The plugin (tests/plugins/dirstore) is installed as a distribution in a temp site dir (distributions.py) and
 used from fresh processes, through the real `cachekeeper` command.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import HERE, Plugged, write_dist_info
+from .distributions import HERE, Plugged, write_dist_info
 
 ECHO = {"CACHEKEEPER_BACKENDS": "echo=ck_echo_backend:EchoBackend"}
 STORE = "dirstore://team/cache"
