@@ -103,8 +103,8 @@ def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Calla
     from ..stores.base import Store
 
     taken = claim(spool)
-    if taken.unreadable:
-        say(f"warning: {taken.unreadable} spool records unreadable (another cachekeeper version?); skipped")
+    for line in taken.warnings:   # one per spool file that held anything this reporter cannot use
+        say(f"warning: {line}")
     if not taken.records:
         taken.release()
         say("report: nothing served since the last report")

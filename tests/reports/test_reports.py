@@ -80,7 +80,7 @@ def test_a_broken_spool_never_fails_the_serving_call(tmp_path: Path) -> None:
 
 def test_rows_count_calls_compiles_and_the_compile_time_above_a_plain_call() -> None:
     records = [call(compiled=True, wall=10.1), call(wall=0.1), call(wall=0.1), call(64, 64, wall=0.2)]
-    rep = build_report(records, FP, "fake", host="h" * 16)
+    rep = build_report(records, FP, "fake", host="e" * 16)
     first = rep.rows[0]
     assert (first.shape, first.calls, first.compiled, first.compile_s) == ("96x64x1", 3, 1, 10.0)
     assert decode(rep.to_json(), ReportKey(FP, "20260101T000000Z", "a" * 16, 1)) == rep
