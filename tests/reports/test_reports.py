@@ -164,7 +164,8 @@ def test_the_editor_adds_shapes_keeping_comments_and_leaves_other_models_alone(t
     path.write_text(CONFIG.format(model=tmp_path))
     edit = ConfigEdit.read(path)
     config = parse_config(edit.text, str(path))
-    text = edit.add_shapes(config, {"a": [Shape(768, 1360, 1)]})
+    text, notes = edit.add_shapes(config, {"a": [Shape(768, 1360, 1)]})
+    assert notes == [], "a list no other key shares is extended in place, without a note"
     assert text == edit.text.replace("      - 64x64x1       # the first\n",
                                      "      - 64x64x1       # the first\n      - 768x1360x1\n")
     edit.write(text)
@@ -176,7 +177,7 @@ def test_apply_refuses_a_config_changed_since_it_was_read(tmp_path: Path) -> Non
     path = tmp_path / "ck.yaml"
     path.write_text(CONFIG.format(model=tmp_path))
     edit = ConfigEdit.read(path)
-    text = edit.add_shapes(parse_config(edit.text, str(path)), {"b": [Shape(128, 128, 1)]})
+    text, _ = edit.add_shapes(parse_config(edit.text, str(path)), {"b": [Shape(128, 128, 1)]})
     path.write_text(path.read_text() + "# someone else's edit\n")
     with pytest.raises(UsageError, match="changed since it was read; nothing was written"):
         edit.write(text)
