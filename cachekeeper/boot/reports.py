@@ -35,6 +35,7 @@ from ..format.spool import (
     CALL_TIME,
     CALLS,
     GUIDANCE,
+    MAX_SPOOL_BYTES,
     SECONDS,
     SEQUENCE,
     SPOOL_SUFFIX,
@@ -58,7 +59,6 @@ MAX_ROWS = 200                 # more distinct calls in one interval are counted
 CLAIMED = ".claimed"           # a spool file `report` renamed for itself; kept until its report is stored
 BAD = ".bad"                   # a spool file set aside: it held what this reporter cannot read; never taken again
 MAX_ASIDE = 16                 # spool files kept set aside (the newest); older ones are removed
-MAX_SPOOL_FILE_BYTES = 16 << 20   # runtime/miss_watch.py's MAX_SPOOL_BYTES: the writer never goes past it
 MAX_CLAIM_BYTES = 64 << 20     # read by one round; more waits for the next
 _HOST = re.compile(r"[0-9a-f]{16}")
 STAMP = "%Y%m%dT%H%M%SZ"
@@ -195,7 +195,7 @@ def _set_aside_at(path: Path) -> int:
 
 
 def _read_spool_file(path: Path) -> bytes:
-    """The file's bytes: a regular file (no link, no FIFO) within MAX_SPOOL_FILE_BYTES; Refused otherwise."""
+    """The file's bytes: a regular file (no link, no FIFO) within MAX_SPOOL_BYTES; Refused otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
@@ -204,14 +204,14 @@ def _read_spool_file(path: Path) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Refused("is not a regular file")
-        if st.st_size > MAX_SPOOL_FILE_BYTES:
-            raise Refused(f"is {st.st_size} bytes, over the {MAX_SPOOL_FILE_BYTES}-byte bound")
+        if st.st_size > MAX_SPOOL_BYTES:
+            raise Refused(f"is {st.st_size} bytes, over the {MAX_SPOOL_BYTES}-byte bound")
         chunks: list[bytes] = []
         size = 0
         while chunk := os.read(fd, 1 << 20):
             size += len(chunk)
-            if size > MAX_SPOOL_FILE_BYTES:
-                raise Refused(f"grew over the {MAX_SPOOL_FILE_BYTES}-byte bound")
+            if size > MAX_SPOOL_BYTES:
+                raise Refused(f"grew over the {MAX_SPOOL_BYTES}-byte bound")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:
@@ -299,7 +299,7 @@ def decode(data: bytes, rk: ReportKey) -> Report | str:
         doc = loads(data)
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             return f"{where} is not a cachekeeper report; skipped"
-        if doc.get("v") != SCHEMA:
+        if type(doc.get("v")) is not int or doc["v"] != SCHEMA:
             return f"{where} has schema version {show(doc.get('v'))} (this cachekeeper reads {SCHEMA}); skipped"
         if doc.get("fingerprint_id") != rk.fingerprint_id:
             return (f"{where} is of toolchain {show(doc.get('fingerprint_id'))}, not the {rk.fingerprint_id} "

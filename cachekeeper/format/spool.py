@@ -21,6 +21,8 @@ from ..bounds import DAY, SIZE, Bound
 RECORD_VERSION = 1
 SPOOL_SUFFIX = ".jsonl"
 MAX_RECORD_BYTES = 4096            # a record is ~250 bytes; a model name is at most 100 characters
+MAX_SPOOL_BYTES = 16 << 20         # per spool file: the writer never goes past it (a stopped reporter must not
+                                   # fill the disk), and a reader refuses a file that does
 # The config's model-name rule (config/schema.py _NAME_RE, tested equal): a name that could be in no config
 # is never a shape to suggest, and a name with control characters must never reach a terminal.
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -110,7 +112,7 @@ class CallRecord:
         d = loads(line)
         if not isinstance(d, dict):
             raise Refused("not a JSON object")
-        if d.get("v") != RECORD_VERSION:
+        if type(d.get("v")) is not int or d["v"] != RECORD_VERSION:
             raise Refused(f"record version {show(d.get('v'))} (this cachekeeper reads {RECORD_VERSION})")
         return cls.from_dict(d)
 

@@ -53,7 +53,7 @@ from cachekeeper.config.schema import _NAME_RE
 from cachekeeper.dashboard.app import create_app
 from cachekeeper.format.layout import parse_report_key, report_key
 from cachekeeper.format.spec import EntrySpec, Shape
-from cachekeeper.format.spool import MAX_RECORD_BYTES, MODEL_NAME, CallRecord
+from cachekeeper.format.spool import MAX_RECORD_BYTES, MAX_SPOOL_BYTES, MODEL_NAME, CallRecord
 from cachekeeper.publish import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, FakeBackend, fake_config
@@ -312,8 +312,6 @@ def spools(draw: st.DrawFn) -> list[tuple[str, Any]]:
 
 def lay_out(spool: Path, files: list[tuple[str, Any]]) -> tuple[int, int]:
     """Write the files; (good records, files a reporter must set aside)."""
-    from cachekeeper.boot.reports import MAX_SPOOL_FILE_BYTES
-
     spool.mkdir(parents=True)
     good = aside = 0
     for i, (kind, lines) in enumerate(files):
@@ -333,7 +331,7 @@ def lay_out(spool: Path, files: list[tuple[str, Any]]) -> tuple[int, int]:
             aside += 1
         else:
             with path.open("wb") as f:
-                f.truncate(MAX_SPOOL_FILE_BYTES + 1)
+                f.truncate(MAX_SPOOL_BYTES + 1)
             aside += 1
     return good, aside
 
@@ -372,6 +370,26 @@ def test_no_spool_fails_report_and_a_bad_file_is_set_aside_never_taken_again(wor
     assert boot.exit_code == 0 and not [w for w in warnings(boot) if "hot first" in w], boot.stderr
     fix = world.invoke("suggest", str(world.config), "--json")
     assert fix.exit_code == 0 and json.loads(fix.stdout)["skipped"] == [], fix.output
+
+
+def test_hot_first_orders_by_the_good_reports_and_says_in_one_line_what_it_skipped(tmp_path: Path) -> None:
+    from cachekeeper.boot import hot
+
+    store = FileStore(tmp_path / "store", create=True)
+    good = a_good_report("e" * 16, [128, 128, 96])
+    bad = {**good, "rows": [{**good["rows"][0], "calls": Raw("1e400")}]}
+    keys = [report_key("e" * 16, since_stamp(0), "ab" * 8, n) for n in range(3)]
+    for key, doc in zip(keys, [good, bad, bad], strict=True):
+        store.put_bytes(key, emit(doc).encode())
+    shapes = {"x": ("tiny", 128, 64, 1), "y": ("tiny", 96, 64, 1)}
+    calls, lines = hot.read_calls(lambda: store, "e" * 16, shapes, 16)
+    assert calls == {"x": 2, "y": 1}
+    assert lines == [f"hot first: 2 of 3 miss reports skipped (report {keys[1]}: row 1: calls: inf is not finite; "
+                     "skipped and 1 more); the other 1 order the entries"]
+    (tmp_path / "store" / keys[0]).unlink()   # the good one is gone: nothing orders the entries
+    calls, lines = hot.read_calls(lambda: store, "e" * 16, shapes, 16)
+    assert calls == {} and len(lines) == 1 and lines[0].startswith("hot first: 2 of 2 miss reports skipped")
+    assert lines[0].endswith("entries go in the config's priority order")
 
 
 def test_the_spool_s_model_names_are_the_config_s() -> None:
