@@ -179,7 +179,10 @@ def set_aside(path: Path) -> str:
         os.rename(path, target)
     except OSError:   # it cannot be renamed: removing it is the other way never to take it again
         with contextlib.suppress(OSError):
-            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink()
         return "removed"
     with contextlib.suppress(OSError):
         aside = sorted((p for p in path.parent.iterdir() if p.name.endswith(BAD)), key=_set_aside_at)
