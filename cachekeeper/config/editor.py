@@ -97,11 +97,27 @@ class ConfigEdit:
             yaml.width = 4096
             yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
             doc = yaml.load(self.text)
+            _keep_anchors(doc)
             if _dump(yaml, doc) == self.text:
                 return yaml, doc
             first = first or (yaml, doc)
         assert first is not None
         return first
+
+
+def _keep_anchors(doc: Any) -> None:
+    """Dump every anchor the file has, aliased or not (ruamel drops one no alias uses, or no longer uses)."""
+    seen: set[int] = set()
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not isinstance(node, dict | list):
+            continue
+        seen.add(id(node))
+        anchor = getattr(getattr(node, "anchor", None), "value", None)
+        if anchor:
+            node.yaml_set_anchor(anchor, always_dump=True)
+        stack.extend(node.values() if isinstance(node, dict) else node)
 
 
 def _references(doc: Any) -> dict[int, int]:

@@ -317,7 +317,7 @@ def test_apply_unshares_a_list_other_models_share_through_an_anchor_and_says_so(
     assert shapes == {"a": ["64x64x1", "96x64x1"], "b": ["64x64x1"], "c": ["64x64x1", "128x64x1"]}
     assert notes == ["model a's shapes were shared with other keys through a YAML anchor &common; a now has its "
                      "own list and the others are unchanged"], "c's anchor has no alias: extended in place, no note"
-    assert "# a and b serve the same sizes" in text
+    assert "# a and b serve the same sizes" in text and "&solo" in text, "comments and anchors kept"
 
 
 def test_suggest_skips_shapes_a_config_would_refuse_one_line_each(tmp_path: Path,
