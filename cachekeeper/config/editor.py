@@ -107,17 +107,18 @@ class ConfigEdit:
 
 def _keep_anchors(doc: Any) -> None:
     """Dump every anchor the file has, aliased or not (ruamel drops one no alias uses, or no longer uses)."""
+    from ruamel.yaml.comments import CommentedBase
+
     seen: set[int] = set()
-    stack = [doc]
+    stack: list[Any] = [doc]
     while stack:
         node = stack.pop()
-        if id(node) in seen or not isinstance(node, dict | list):
+        if id(node) in seen or not isinstance(node, CommentedBase):
             continue
         seen.add(id(node))
-        anchor = getattr(getattr(node, "anchor", None), "value", None)
-        if anchor:
-            node.yaml_set_anchor(anchor, always_dump=True)
-        stack.extend(node.values() if isinstance(node, dict) else node)
+        if node.anchor.value:
+            node.yaml_set_anchor(node.anchor.value, always_dump=True)
+        stack.extend(node.values() if isinstance(node, dict) else node if isinstance(node, list) else ())
 
 
 def _references(doc: Any) -> dict[int, int]:
