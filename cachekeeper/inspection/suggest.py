@@ -71,15 +71,15 @@ def refused(suggestions: Iterable[Suggestion], problem: Callable[[Shape], str | 
     """(the suggestions a config would take, one line per shape it would refuse and why): a serving host
     reports what it was asked, and a shape no config can hold is nothing to suggest."""
     kept: list[Suggestion] = []
-    lines: list[str] = []
+    lines: dict[str, None] = {}   # one line a shape, whichever toolchains served it
     for s in suggestions:
         why = problem(s.shape)
         if why is None:
             kept.append(s)
         else:
-            lines.append(f"reports name shape {s.shape.label()} of model {s.model}, which a config refuses "
-                         f"({why}); skipped")
-    return kept, lines
+            lines[f"reports name shape {s.shape.label()} of model {s.model}, which a config refuses ({why}); "
+                  "skipped"] = None
+    return kept, list(lines)
 
 
 __all__ = ["Prebuilt", "Suggestion", "refused", "served_not_prebuilt"]
