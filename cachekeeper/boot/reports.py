@@ -6,9 +6,11 @@
 A report is a public format (schema version `v`): one JSON object per host and interval, at most
 MAX_REPORT_BYTES, with the host's toolchain fingerprint, a row per (model, shape, graph arguments):
 calls, calls that compiled, estimated compile seconds, wall seconds. The host is named by a hash of its
-name. Writing one is the only store write a server-role identity may make (deploy/policies/). A reader
-skips, with one line each, a report of another schema, of another toolchain than its key says, or over
-the bound: reports are advice from the least-trusted machines, never an input that can fail a run.
+name. Writing one is the only store write a server-role identity may make (deploy/policies/). Reports and
+spool records are advice from the least-trusted machines, never an input that can fail a run: every field is
+checked where it is read (format/spool.py: JSON type, finiteness, range, names, size), a report of another
+schema, of another toolchain than its key says, over the bound or with a bad field is skipped with one line
+naming it, and a spool file with anything `claim` cannot use is one line and set aside (`*.bad`).
 Imports no torch.
 """
 
