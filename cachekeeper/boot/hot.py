@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import CachekeeperError
+from ..format.spool import show
 from .reports import RECENT_S, read_reports, serving_batches, since_stamp
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ def calls_by_entry(rows: Iterable[Row], shapes: Mapping[str, ShapeKey]) -> dict[
 def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Mapping[str, ShapeKey], limit: int,
                window: float = RECENT_S, budget: float = BUDGET, now: float | None = None) \
         -> tuple[dict[str, int], list[str]]:
-    """(calls per entry in the newest `limit` reports of this toolchain within `window`, warning lines).
-    Advice, so it never fails the hydrate and never holds it past `budget` seconds (a dead store).
+    """(calls per entry in the newest `limit` reports of this toolchain within `window`, at most one warning
+    line). Advice from serving hosts, so it never fails the hydrate and never holds it past `budget` seconds
+    (a dead store): reports that are unreadable are left out, and with none left the config's order stands.
     The store `open_store` gives is the caller's to close: the hydrate that follows reuses it."""
     from ..stores.reader import Deadline
 
@@ -56,9 +58,21 @@ def read_calls(open_store: Callable[[], Store], fingerprint_id: str, shapes: Map
 
     def read() -> tuple[dict[str, int], list[str]]:
         reports, skipped = read_reports(open_store(), fingerprint_id, since_stamp(window, now), newest=limit)
-        return calls_by_entry((r for rep in reports for r in rep.rows), shapes), skipped
+        calls = calls_by_entry((r for rep in reports for r in rep.rows), shapes)
+        if not skipped:
+            return calls, []
+        rest = (f"the other {len(reports)} order the entries" if reports
+                else "entries go in the config's priority order")
+        more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+        return calls, [f"hot first: {len(skipped)} of {len(skipped) + len(reports)} miss reports skipped "
+                       f"({skipped[0]}{more}); {rest}"]
 
     try:
         return Deadline(budget).run(read, "reading miss reports")
     except CachekeeperError as exc:
-        return {}, [f"hot first: miss reports not read ({exc.message}); entries go in the config's priority order"]
+        why = exc.message
+    except (ArithmeticError, LookupError, RecursionError, TypeError, ValueError, OSError) as exc:
+        # What reading untrusted data could still raise that the checks in reports.py did not foresee: advice,
+        # so the boot goes on in the config's order (and the line says what to report as a bug).
+        why = f"{type(exc).__name__}: {show(str(exc), 160)}"
+    return {}, [f"hot first: miss reports not read ({why}); entries go in the config's priority order"]

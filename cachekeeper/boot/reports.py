@@ -6,18 +6,23 @@
 A report is a public format (schema version `v`): one JSON object per host and interval, at most
 MAX_REPORT_BYTES, with the host's toolchain fingerprint, a row per (model, shape, graph arguments):
 calls, calls that compiled, estimated compile seconds, wall seconds. The host is named by a hash of its
-name. Writing one is the only store write a server-role identity may make (deploy/policies/). A reader
-skips, with one line each, a report of another schema, of another toolchain than its key says, or over
-the bound: reports are advice from the least-trusted machines, never an input that can fail a run.
+name. Writing one is the only store write a server-role identity may make (deploy/policies/). Reports and
+spool records are advice from the least-trusted machines, never an input that can fail a run: every field is
+checked where it is read (format/spool.py: JSON type, finiteness, range, names, size), a report of another
+schema, of another toolchain than its key says, over the bound or with a bad field is skipped with one line
+naming it, and a spool file with anything `claim` cannot use is one line and set aside (`*.bad`).
 Imports no torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import socket
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,9 +30,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..bounds import SIZE
 from ..errors import IntegrityError, ObjectNotFound
 from ..format.layout import ReportKey, parse_report_key, report_key, report_prefix
-from ..format.spool import SPOOL_SUFFIX, CallRecord
+from ..format.spool import (
+    CALL_TIME,
+    CALLS,
+    GUIDANCE,
+    MAX_SPOOL_BYTES,
+    SECONDS,
+    SEQUENCE,
+    SPOOL_SUFFIX,
+    CallRecord,
+    Refused,
+    loads,
+    name,
+    number,
+    optional,
+    show,
+)
 
 if TYPE_CHECKING:
     from ..stores.base import Store
@@ -38,6 +59,10 @@ MAX_REPORT_BYTES = 64 << 10    # a busy host's interval fits: rows are per disti
 RECENT_S = 7 * 86_400.0        # reports older than this say nothing of today's traffic (traffic, hot first)
 MAX_ROWS = 200                 # more distinct calls in one interval are counted in `dropped`, not listed
 CLAIMED = ".claimed"           # a spool file `report` renamed for itself; kept until its report is stored
+BAD = ".bad"                   # a spool file set aside: it held what this reporter cannot read; never taken again
+MAX_ASIDE = 16                 # spool files kept set aside (the newest); older ones are removed
+MAX_CLAIM_BYTES = 64 << 20     # read by one round; more waits for the next
+_HOST = re.compile(r"[0-9a-f]{16}")
 STAMP = "%Y%m%dT%H%M%SZ"
 
 
@@ -124,51 +149,136 @@ def build_report(records: list[CallRecord], fingerprint_id: str, backend: str, h
     return report
 
 
-# --- the spool: claim, read, release ---------------------------------------------------------------
+# --- the spool: claim, read, set aside ------------------------------------------------------------
 
 
 @dataclass
 class Claim:
-    """Spool files this reporter took (renamed), their records, and the lines it could not read."""
+    """Spool files this reporter took (renamed), their good records, and one warning line per file that
+    held anything else. A file with a bad record is set aside (`*.bad`), never retried: its good records
+    are reported once, and its bytes are kept for whoever wants to see what the serving host wrote."""
 
     files: list[Path] = field(default_factory=list)
     records: list[CallRecord] = field(default_factory=list)
-    unreadable: int = 0
+    unreadable: int = 0       # records skipped
+    warnings: list[str] = field(default_factory=list)
+    aside: list[Path] = field(default_factory=list)
 
     def release(self) -> None:
         """The report is stored: the records are spent."""
         for f in self.files:
-            f.unlink(missing_ok=True)
+            if f in self.aside:
+                set_aside(f)
+            else:
+                f.unlink(missing_ok=True)
+
+
+def set_aside(path: Path) -> str:
+    """Rename a spool file `<name>.<ns>.bad` (claim never takes it again), keep only the newest MAX_ASIDE
+    of those, and say where it went."""
+    target = path.with_name(f"{path.name.split(CLAIMED)[0]}.{time.time_ns()}{BAD}")
+    try:
+        os.rename(path, target)
+    except OSError:   # it cannot be renamed: removing it is the other way never to take it again
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            else:
+                path.unlink()
+        return "removed"
+    with contextlib.suppress(OSError):
+        aside = sorted((p for p in path.parent.iterdir() if p.name.endswith(BAD)), key=_set_aside_at)
+        for old in aside[:-MAX_ASIDE]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+    return f"set aside as {show(target.name, 120)}"
+
+
+def _set_aside_at(path: Path) -> int:
+    stamp = path.name[:-len(BAD)].rpartition(".")[2]
+    return int(stamp) if stamp.isdigit() else 0
+
+
+def _read_spool_file(path: Path) -> bytes:
+    """The file's bytes: a regular file (no link, no FIFO) within MAX_SPOOL_BYTES; Refused otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise Refused(f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("is not a regular file")
+        if st.st_size > MAX_SPOOL_BYTES:
+            raise Refused(f"is {st.st_size} bytes, over the {MAX_SPOOL_BYTES}-byte bound")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_SPOOL_BYTES:
+                raise Refused(f"grew over the {MAX_SPOOL_BYTES}-byte bound")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise Refused(f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
 
 
 def claim(spool: Path) -> Claim:
-    """Take every spool file: a writer's next record goes to a new file of the same name, so nothing a
-    serving process appends after this is lost. Files claimed by an earlier round that failed are
-    taken again (their report was never stored)."""
+    """Take spool files (at most MAX_CLAIM_BYTES a round; the rest wait for the next): a writer's next record
+    goes to a new file of the same name, so nothing a serving process appends after this is lost. Files
+    claimed by an earlier round that failed are taken again (their report was never stored). Every record
+    is checked (CallRecord.parse); a file that cannot be read, or that holds a bad record, gets one warning
+    line and is set aside."""
     out = Claim()
     if not spool.is_dir():
         return out
-    for path in sorted(spool.iterdir()):
-        if path.name.startswith(".") or not (path.name.endswith(SPOOL_SUFFIX) or CLAIMED in path.name):
+    try:
+        names = sorted(p.name for p in spool.iterdir())
+    except OSError as exc:
+        out.warnings.append(f"spool {spool} cannot be listed ({exc.strerror or exc}); nothing taken")
+        return out
+    taken_bytes = 0
+    for entry in names:
+        if taken_bytes >= MAX_CLAIM_BYTES:
+            break
+        if entry.startswith(".") or entry.endswith(BAD) or not (entry.endswith(SPOOL_SUFFIX) or CLAIMED in entry):
             continue
-        if CLAIMED not in path.name:
-            taken = path.with_name(f"{path.name}{CLAIMED}.{os.getpid()}.{time.time_ns()}")
+        path = spool / entry
+        where = f"spool file {show(str(path), 160)}"
+        if CLAIMED not in entry:
+            taken = path.with_name(f"{entry}{CLAIMED}.{os.getpid()}.{time.time_ns()}")
             try:
                 os.rename(path, taken)
             except FileNotFoundError:
                 continue
-            path = taken
-        out.files.append(path)
-        for line in path.read_bytes().splitlines():
-            try:
-                record = CallRecord.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                out.unreadable += 1
+            except OSError as exc:
+                out.warnings.append(f"{where} cannot be taken ({exc.strerror or exc}); left in place")
                 continue
-            if record.v == CallRecord.v:
-                out.records.append(record)
-            else:
-                out.unreadable += 1
+            path = taken
+        try:
+            data = _read_spool_file(path)
+        except Refused as exc:
+            out.warnings.append(f"{where} {exc}; {set_aside(path)}")
+            continue
+        taken_bytes += len(data)
+        out.files.append(path)
+        bad, first = 0, ""
+        lines = data.splitlines()
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                out.records.append(CallRecord.parse(line))
+            except Refused as exc:
+                bad += 1
+                first = first or f"line {n}: {exc}"
+        if bad:
+            out.unreadable += bad
+            out.aside.append(path)
+            out.warnings.append(f"{where}: {bad} of {len([ln for ln in lines if ln.strip()])} records skipped "
+                                f"({first}); set aside once reported")
     return out
 
 
@@ -185,28 +295,57 @@ def write_report(store: Store, report: Report) -> str:
 
 
 def decode(data: bytes, rk: ReportKey) -> Report | str:
-    """The report, or why it is skipped (one line)."""
+    """The report, or why it is skipped (one line naming the object). Every field is checked: JSON type,
+    finiteness, range (a row's shape within bounds.SIZE), and the whole within MAX_REPORT_BYTES."""
     where = f"report {rk.key}"
     if len(data) > MAX_REPORT_BYTES:
         return f"{where} is {len(data)} bytes, over the {MAX_REPORT_BYTES}-byte bound; skipped"
     try:
-        doc = json.loads(data)
+        doc = loads(data)
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             return f"{where} is not a cachekeeper report; skipped"
-        if doc.get("v") != SCHEMA:
-            return f"{where} has schema version {doc.get('v')!r} (this cachekeeper reads {SCHEMA}); skipped"
+        if type(doc.get("v")) is not int or doc["v"] != SCHEMA:
+            return f"{where} has schema version {show(doc.get('v'))} (this cachekeeper reads {SCHEMA}); skipped"
         if doc.get("fingerprint_id") != rk.fingerprint_id:
-            return (f"{where} is of toolchain {doc.get('fingerprint_id')!r}, not the {rk.fingerprint_id} "
+            return (f"{where} is of toolchain {show(doc.get('fingerprint_id'))}, not the {rk.fingerprint_id} "
                     "its key names; skipped")
-        rows = tuple(Row(model=str(r["model"]), height=int(r["height"]), width=int(r["width"]),
-                         batch=int(r["batch"]), guidance=None if r.get("guidance") is None else float(r["guidance"]),
-                         max_sequence_length=None if r.get("max_sequence_length") is None
-                         else int(r["max_sequence_length"]), calls=int(r["calls"]), compiled=int(r["compiled"]),
-                         compile_s=float(r["compile_s"]), wall_s=float(r["wall_s"])) for r in doc["rows"])
-        return Report(rk.fingerprint_id, str(doc["backend"]), str(doc["host"]), float(doc["start"]),
-                      float(doc["end"]), rows, int(doc.get("dropped", 0)))
-    except (ValueError, KeyError, TypeError):
-        return f"{where} is malformed; skipped"
+        head = _head(doc)
+    except Refused as exc:
+        return f"{where}: {exc}; skipped"
+    rows = doc.get("rows")
+    if not isinstance(rows, list) or len(rows) > MAX_ROWS:
+        return f"{where}: rows is not a list of at most {MAX_ROWS}; skipped"
+    parsed: list[Row] = []
+    for n, r in enumerate(rows, 1):
+        try:
+            parsed.append(_row_of(r))
+        except Refused as exc:
+            return f"{where}: row {n}: {exc}; skipped"
+    backend, host, start, end, dropped = head
+    return Report(rk.fingerprint_id, backend, host, start, end, tuple(parsed), dropped)
+
+
+def _head(doc: dict[str, Any]) -> tuple[str, str, float, float, int]:
+    host = doc.get("host")
+    if not isinstance(host, str) or not _HOST.fullmatch(host):
+        raise Refused(f"host {show(host)} is not 16 hex digits")
+    start, end = float(number(doc, "start", CALL_TIME)), float(number(doc, "end", CALL_TIME))
+    dropped = int(number(doc, "dropped", CALLS)) if "dropped" in doc else 0
+    return name(doc, "backend"), host, start, end, dropped
+
+
+def _row_of(r: object) -> Row:
+    if not isinstance(r, dict):
+        raise Refused("not a JSON object")
+    calls = int(number(r, "calls", CALLS))
+    compiled = int(number(r, "compiled", CALLS))
+    if compiled > calls:
+        raise Refused(f"compiled {compiled} is more than its {calls} calls")
+    guidance, max_len = optional(r, "guidance", GUIDANCE), optional(r, "max_sequence_length", SEQUENCE)
+    return Row(model=name(r, "model"), height=int(number(r, "height", SIZE)), width=int(number(r, "width", SIZE)),
+               batch=int(number(r, "batch", SIZE)), guidance=None if guidance is None else float(guidance),
+               max_sequence_length=None if max_len is None else int(max_len), calls=calls, compiled=compiled,
+               compile_s=float(number(r, "compile_s", SECONDS)), wall_s=float(number(r, "wall_s", SECONDS)))
 
 
 def serving_batches(batch: int) -> tuple[int, int]:

@@ -103,8 +103,8 @@ def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Calla
     from ..stores.base import Store
 
     taken = claim(spool)
-    if taken.unreadable:
-        say(f"warning: {taken.unreadable} spool records unreadable (another cachekeeper version?); skipped")
+    for line in taken.warnings:   # one per spool file that held anything this reporter cannot use
+        say(f"warning: {line}")
     if not taken.records:
         taken.release()
         say("report: nothing served since the last report")
@@ -139,8 +139,9 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
     compiled them and compile time; --apply writes them into CONFIG for the next prebuild."""
     from ..boot.reports import read_reports, since_stamp
     from ..config.editor import ConfigEdit
-    from ..config.schema import parse_config
-    from ..inspection.suggest import served_not_prebuilt
+    from ..config.schema import parse_config, shape_problem
+    from ..format.spec import Shape
+    from ..inspection.suggest import refused, served_not_prebuilt
     from .options import opened_store
 
     window = since_seconds(since)
@@ -157,9 +158,11 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
             skipped += bad
     skipped += _unknown_models(reports, config)
     known = set(config.model_names())
-    ranked = served_not_prebuilt(
+    ranked, refused_lines = refused(served_not_prebuilt(
         reports, lambda fp, model, shape: model not in known
-        or toolchains[fp] not in config.model(model).backends or shape in config.model(model).shapes)
+        or toolchains[fp] not in config.model(model).backends or shape in config.model(model).shapes),
+        shape_problem)
+    skipped += refused_lines
     for line in skipped:
         say(f"warning: {line}")
     if as_json:
@@ -174,11 +177,15 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
                     click.echo(f"  {s.line()}")
     say(f"suggest: {_n(len(ranked), 'shape')} served but not prebuilt, from {_n(len(reports), 'report')}")
     if apply_ and ranked:
-        additions: dict[str, list[object]] = {}
-        for s in ranked:
-            additions.setdefault(s.model, []).append(s.shape)
-        edit.write(edit.add_shapes(config, additions))  # type: ignore[arg-type]
-        say(f"suggest: added {_n(len(ranked), 'shape')} to {config_path}; `cachekeeper prebuild {config_path}` "
+        additions: dict[str, dict[Shape, None]] = {}
+        for s in ranked:   # a shape two toolchains of one model served is one shape of the config
+            additions.setdefault(s.model, {})[s.shape] = None
+        text, notes = edit.add_shapes(config, {m: list(shapes) for m, shapes in additions.items()})
+        edit.write(text)
+        for line in notes:
+            say(f"suggest: {line}")
+        added = sum(len(shapes) for shapes in additions.values())
+        say(f"suggest: added {_n(added, 'shape')} to {config_path}; `cachekeeper prebuild {config_path}` "
             "builds them")
 
 

@@ -113,6 +113,15 @@ def _size_problem(value: int, name: str) -> str | None:
     return None
 
 
+def shape_problem(shape: Shape) -> str | None:
+    """Why a config would refuse `shape` (`suggest` skips such shapes), or None."""
+    for name, size in (("height", shape.height), ("width", shape.width), ("batch", shape.batch)):
+        problem = _size_problem(size, name)
+        if problem:
+            return problem
+    return None
+
+
 class _Schema(NodeReader):
     """Walks the composed YAML tree top-down, checking each key against the schema."""
 

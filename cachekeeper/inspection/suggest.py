@@ -66,4 +66,20 @@ def served_not_prebuilt(reports: Iterable[Report], prebuilt: Prebuilt) -> list[S
                                                   s.model, s.shape))
 
 
-__all__ = ["Prebuilt", "Suggestion", "served_not_prebuilt"]
+def refused(suggestions: Iterable[Suggestion], problem: Callable[[Shape], str | None]) \
+        -> tuple[list[Suggestion], list[str]]:
+    """(the suggestions a config would take, one line per shape it would refuse and why): a serving host
+    reports what it was asked, and a shape no config can hold is nothing to suggest."""
+    kept: list[Suggestion] = []
+    lines: dict[str, None] = {}   # one line a shape, whichever toolchains served it
+    for s in suggestions:
+        why = problem(s.shape)
+        if why is None:
+            kept.append(s)
+        else:
+            lines[f"reports name shape {s.shape.label()} of model {s.model}, which a config refuses ({why}); "
+                  "skipped"] = None
+    return kept, list(lines)
+
+
+__all__ = ["Prebuilt", "Suggestion", "refused", "served_not_prebuilt"]

@@ -26,13 +26,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..format.spool import SPOOL_SUFFIX, CallRecord
+from ..format.spool import MAX_SPOOL_BYTES, SPOOL_SUFFIX, CallRecord
 
 log = logging.getLogger("cachekeeper.runtime")
 
 SPOOL_ENV = "CACHEKEEPER_SPOOL"
 MODEL_ENV = "CACHEKEEPER_MODEL"
-MAX_SPOOL_BYTES = 16 << 20     # per spool file: a reporter that stopped must not fill the disk
 # The cache dirs the built-in backends' runtimes write (what hydrate --print-env exports).
 CACHE_ENVS = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL",
               "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT")

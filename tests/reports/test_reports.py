@@ -80,7 +80,7 @@ def test_a_broken_spool_never_fails_the_serving_call(tmp_path: Path) -> None:
 
 def test_rows_count_calls_compiles_and_the_compile_time_above_a_plain_call() -> None:
     records = [call(compiled=True, wall=10.1), call(wall=0.1), call(wall=0.1), call(64, 64, wall=0.2)]
-    rep = build_report(records, FP, "fake", host="h" * 16)
+    rep = build_report(records, FP, "fake", host="e" * 16)
     first = rep.rows[0]
     assert (first.shape, first.calls, first.compiled, first.compile_s) == ("96x64x1", 3, 1, 10.0)
     assert decode(rep.to_json(), ReportKey(FP, "20260101T000000Z", "a" * 16, 1)) == rep
@@ -164,7 +164,8 @@ def test_the_editor_adds_shapes_keeping_comments_and_leaves_other_models_alone(t
     path.write_text(CONFIG.format(model=tmp_path))
     edit = ConfigEdit.read(path)
     config = parse_config(edit.text, str(path))
-    text = edit.add_shapes(config, {"a": [Shape(768, 1360, 1)]})
+    text, notes = edit.add_shapes(config, {"a": [Shape(768, 1360, 1)]})
+    assert notes == [], "a list no other key shares is extended in place, without a note"
     assert text == edit.text.replace("      - 64x64x1       # the first\n",
                                      "      - 64x64x1       # the first\n      - 768x1360x1\n")
     edit.write(text)
@@ -176,7 +177,7 @@ def test_apply_refuses_a_config_changed_since_it_was_read(tmp_path: Path) -> Non
     path = tmp_path / "ck.yaml"
     path.write_text(CONFIG.format(model=tmp_path))
     edit = ConfigEdit.read(path)
-    text = edit.add_shapes(parse_config(edit.text, str(path)), {"b": [Shape(128, 128, 1)]})
+    text, _ = edit.add_shapes(parse_config(edit.text, str(path)), {"b": [Shape(128, 128, 1)]})
     path.write_text(path.read_text() + "# someone else's edit\n")
     with pytest.raises(UsageError, match="changed since it was read; nothing was written"):
         edit.write(text)
@@ -279,3 +280,77 @@ def test_the_capture_key_takes_report_or_publish_only(tmp_path: Path, value: str
     assert "\n" not in str(info.value)
     assert parse_config(fake_config(tmp_path) + "capture: publish\n", str(tmp_path / "ck.yaml")).capture_publish
     assert not parse_config(fake_config(tmp_path), str(tmp_path / "ck.yaml")).capture_publish
+
+
+# --- suggest: only shapes a config can hold, and never a shared list grown behind the user's back ---------
+
+
+ANCHORED = """version: 1
+defaults:
+  backends: [fake]
+  modes: [full]
+  dtypes: [float32]
+models:
+  - name: a
+    path: {model}
+    shapes: &common [64x64x1]   # a and b serve the same sizes
+  - name: b
+    path: {model}
+    shapes: *common
+  - name: c
+    path: {model}
+    shapes: &solo
+      - 64x64x1
+"""
+
+
+def test_apply_unshares_a_list_other_models_share_through_an_anchor_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in ENABLE.items():
+        monkeypatch.setenv(k, v)
+    path = tmp_path / "ck.yaml"
+    path.write_text(ANCHORED.format(model=tmp_path))
+    edit = ConfigEdit.read(path)
+    text, notes = edit.add_shapes(parse_config(edit.text, str(path)), {"a": [Shape(96, 64, 1)],
+                                                                       "c": [Shape(128, 64, 1)]})
+    shapes = {m.model.name: [s.label() for s in m.shapes] for m in parse_config(text, str(path)).models}
+    assert shapes == {"a": ["64x64x1", "96x64x1"], "b": ["64x64x1"], "c": ["64x64x1", "128x64x1"]}
+    assert notes == ["model a's shapes were shared with other keys through a YAML anchor &common; a now has its "
+                     "own list and the others are unchanged"], "c's anchor has no alias: extended in place, no note"
+    assert "# a and b serve the same sizes" in text and "&solo" in text, "comments and anchors kept"
+
+
+def test_suggest_skips_shapes_a_config_would_refuse_one_line_each(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: `suggest` believed impossible shapes (`-64x7`), and --apply wrote what the config refuses."""
+    import time
+
+    from cachekeeper.boot.reports import Row, write_report
+    from cachekeeper.boot.request import resolve_request
+
+    for k, v in ENABLE.items():
+        monkeypatch.setenv(k, v)
+    (tmp_path / "model").mkdir()
+    config = tmp_path / "ck.yaml"
+    config.write_text(fake_config(tmp_path / "model"))
+    fp = resolve_request(config=parse_config(config.read_text(), str(config)),
+                         dest=tmp_path / "d").toolchain.fingerprint.id
+    store = FileStore(tmp_path / "store", create=True)
+
+    def row(height: int, width: int = 64) -> Row:
+        return Row("tiny", height, width, 1, None, None, calls=3, compiled=1, compile_s=9.0, wall_s=10.0)
+
+    now = time.time()
+    write_report(store, Report(fp, "fake", "ab" * 8, now - 60, now, (row(96), row(100), row(64, 7))))
+    key = write_report(store, Report(fp, "fake", "cd" * 8, now - 60, now, (row(-64, 7),)))
+    proc = ck(tmp_path, "suggest", str(config), "--apply")
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert sorted(warnings) == sorted([
+        f"warning: report {key}: row 1: height: -64 is too small; skipped",
+        "warning: reports name shape 100x64x1 of model tiny, which a config refuses (height 100 is not a multiple "
+        "of 8 (diffusers latents need it)); skipped",
+        "warning: reports name shape 64x7x1 of model tiny, which a config refuses (width 7 is not a multiple of 8 "
+        "(diffusers latents need it)); skipped"]), proc.stderr
+    assert "added 1 shape to" in proc.stderr
+    assert sorted(s.label() for s in parse_config(config.read_text(), str(config)).models[0].shapes) == [
+        "128x64x1", "64x64x1", "96x64x1"]
