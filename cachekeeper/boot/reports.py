@@ -380,8 +380,8 @@ def read_reports(store: Store, fingerprint_id: str | None = None, since: str = "
             data = read_bytes(store, rk.key, limit=MAX_REPORT_BYTES)
         except ObjectNotFound:
             continue   # removed since the listing (gc)
-        except IntegrityError:
-            skipped.append(f"report {rk.key} is over the {MAX_REPORT_BYTES}-byte bound; skipped")
+        except IntegrityError as exc:   # over the bound, or (file://) not a regular file
+            skipped.append(f"report {rk.key}: {exc}; skipped")
             continue
         got = decode(data, rk)
         (reports if isinstance(got, Report) else skipped).append(got)  # type: ignore[arg-type]

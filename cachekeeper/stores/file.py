@@ -7,16 +7,33 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import ObjectNotFound, StoreError, StoreNotFound, UsageError
+from ..errors import IntegrityError, ObjectNotFound, StoreError, StoreNotFound, UsageError
 from ..format.layout import TEMP_SUFFIX
 from ..fs.atomic import atomic_writer
 from ..fs.paths import CHUNK
 from .base import Body, Debris, ObjectInfo, Store, check_key
 from .url import StoreURL, local_path, split_url
+
+
+def _open_object(path: Path, url: str, key: str) -> BinaryIO:
+    """An object for reading: a regular file only. A FIFO, device or directory planted in the store
+    (anyone with filesystem access to it can) would block or never end a read: it is a corrupt object."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ObjectNotFound(f"{url}/{key} not found", key=key, url=url) from None
+    except OSError as exc:
+        raise StoreError(f"{url}/{key}: {exc.strerror}", key=key, url=url) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IntegrityError(f"{url}/{key} is not a regular file", key=key, url=url)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 class _FileBody(Body):
@@ -90,39 +107,25 @@ class FileStore(Store):
         return True
 
     def get_bytes(self, key: str) -> bytes:
-        try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
+        with _open_object(self._path(key), self.url, key) as f:
+            return f.read()
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        try:
-            with open(self._path(key), "rb") as f:
-                f.seek(start)
-                return f.read(length)
-        except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
+        with _open_object(self._path(key), self.url, key) as f:
+            f.seek(start)
+            return f.read(length)
 
     def download(self, key: str, out: BinaryIO) -> int:
-        try:
-            with open(self._path(key), "rb") as f:
-                n = 0
-                while chunk := f.read(CHUNK):
-                    out.write(chunk)
-                    n += len(chunk)
-                return n
-        except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
+        with _open_object(self._path(key), self.url, key) as f:
+            n = 0
+            while chunk := f.read(CHUNK):
+                out.write(chunk)
+                n += len(chunk)
+            return n
 
     def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
                    connect_timeout: float) -> Body:
-        try:
-            f = open(self._path(key), "rb")  # noqa: SIM115 - closed by the body
-        except FileNotFoundError:
-            raise ObjectNotFound(f"{self.url}/{key} not found", key=key, url=self.url) from None
-        except OSError as exc:
-            raise StoreError(f"{self.url}/{key}: {exc.strerror}", key=key, url=self.url) from None
-        return _FileBody(f, start, end)
+        return _FileBody(_open_object(self._path(key), self.url, key), start, end)
 
     def size(self, key: str) -> int | None:
         try:

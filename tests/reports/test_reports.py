@@ -120,7 +120,7 @@ def test_reports_of_another_schema_or_toolchain_or_over_the_bound_are_skipped_wi
     assert len(reports) == 1 and reports[0].rows[0].shape == "96x64x1"
     assert len(skipped) == 3 and all("\n" not in s and s.endswith("skipped") for s in skipped)
     assert "schema version 99" in skipped[0] and "toolchain 'ffffffffffffffff'" in skipped[1]
-    assert "bound" in skipped[2]
+    assert f"more than the {MAX_REPORT_BYTES} allowed" in skipped[2]
 
 
 # --- suggestions -------------------------------------------------------------------------------------
