@@ -52,7 +52,7 @@ def event(kind: str, level: str, message: str, *, human: str | None = None, **fi
     """One event. `human`: the line the human format prints (default: the message as is)."""
     if _format == "json":
         doc: dict[str, Any] = {"event": kind, "level": level, "message": message, "time": round(time.time(), 3)}
-        doc.update({k: v for k, v in fields.items() if v is not None})
+        doc.update(fields)
         _write(json.dumps(doc, default=str))
     else:
         _write(message if human is None else human)
@@ -61,7 +61,8 @@ def event(kind: str, level: str, message: str, *, human: str | None = None, **fi
 def error(message: str, hint: str = "", *, exit_code: int | None = None, **subject: Any) -> None:
     """An `error:` line and its `hint:` line (one JSON object carrying both)."""
     if _format == "json":
-        event("error", "error", message, hint=hint or None, exit_code=exit_code, **subject)
+        extra = {k: v for k, v in (("hint", hint), ("exit_code", exit_code)) if v}
+        event("error", "error", message, **extra, **subject)
         return
     _write(f"error: {message}")
     if hint:
