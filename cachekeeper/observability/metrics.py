@@ -183,9 +183,11 @@ def push(url: str, reg: CollectorRegistry, job: str, grouping: Mapping[str, str]
 
 
 def hydrate_outcome(report: Any | None, failed: bool) -> str:
+    """failed: the hydrate exited non-zero. With --best-effort (exit 0 anyway): fell_back when nothing is in
+    place (nothing built, the store down), incomplete when some of it is; else done or noop."""
     if failed or report is None:
         return "failed"
-    if report.nothing_built:
+    if report.nothing_built or (report.incomplete and not report.files_total):
         return "fell_back"
     if report.incomplete:
         return "incomplete"
