@@ -4,6 +4,7 @@ with --best-effort or without)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -11,7 +12,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -214,10 +214,8 @@ def test_a_report_sidecar_with_too_many_models_warns_once_on_stderr(ck: Ck) -> N
         text = ""
         while "cachekeeper_runtime_calls_total{" not in text and time.monotonic() < deadline:
             time.sleep(0.3)
-            try:
+            with contextlib.suppress(OSError):
                 text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-            except OSError:
-                pass
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
