@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .options import json_option, load_config, say, store_option, toolchain
+from .. import bounds
+from .options import json_option, load_config, number, say, store_option, toolchain
 
 if TYPE_CHECKING:
     from ..boot.reports import Report
@@ -69,9 +70,9 @@ def since_seconds(text: str, source: str = "--since") -> float:
               help="where watch(pipe) records calls [env CACHEKEEPER_SPOOL; default $CACHEKEEPER_HOME/spool]")
 @click.option("--watch", "every", metavar="SECONDS",
               help="write at most one report every SECONDS (1-86400) until stopped, then once more")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), envvar="CACHEKEEPER_METRICS_PORT", metavar="PORT",
-              help="with --watch: serve the runtime-miss counters on http://0.0.0.0:PORT/metrics "
-              "(docs/observability.md) [env CACHEKEEPER_METRICS_PORT]")
+@number("--metrics-port", bound=bounds.PORT, envvar="CACHEKEEPER_METRICS_PORT", metavar="PORT",
+        help="with --watch: serve the runtime-miss counters on http://0.0.0.0:PORT/metrics "
+        "(docs/observability.md) [env CACHEKEEPER_METRICS_PORT]")
 @json_option
 def report(config_path: str | None, backend: str | None, device: str | None, pairs: tuple[str, ...],
            dest: str | None, store_url: str | None, spool_path: str | None, every: str | None,

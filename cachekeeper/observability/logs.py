@@ -61,7 +61,7 @@ def event(kind: str, level: str, message: str, *, human: str | None = None, **fi
 def error(message: str, hint: str = "", *, exit_code: int | None = None, **subject: Any) -> None:
     """An `error:` line and its `hint:` line (one JSON object carrying both)."""
     if _format == "json":
-        extra = {k: v for k, v in (("hint", hint), ("exit_code", exit_code)) if v}
+        extra: dict[str, Any] = {k: v for k, v in (("hint", hint), ("exit_code", exit_code)) if v}
         event("error", "error", message, **extra, **subject)
         return
     _write(f"error: {message}")
