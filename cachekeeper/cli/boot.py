@@ -153,17 +153,20 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
 def write_metrics(path: str, report: HydrateReport | None, req: HydrateRequest, models: tuple[str, ...]) -> None:
     """The run's node_exporter textfile (docs/observability.md); `report` None: the hydrate failed. Only
     here is prometheus_client imported, and nothing it raises reaches the boot."""
-    from ..observability import metrics_or_warn
+    from ..observability import logs, metrics_or_warn
 
     m = metrics_or_warn("--metrics-file")
     if m is None:
         return
     from ..boot.fleet import hydrate_counts
 
-    counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
-    reg = m.hydrate_registry(report, backend=req.toolchain.name, fingerprint=req.toolchain.fingerprint.id,
-                             model=",".join(sorted(models)) or "all", counts=counts, failed=report is None)
-    m.write_textfile(path, reg, "--metrics-file")
+    try:
+        counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
+        reg = m.hydrate_registry(report, backend=req.toolchain.name, fingerprint=req.toolchain.fingerprint.id,
+                                 model=",".join(sorted(models)) or "all", counts=counts, failed=report is None)
+        m.write_textfile(path, reg, "--metrics-file")
+    except Exception as exc:   # never the boot's failure: the metrics are a side channel
+        logs.warning(f"--metrics-file {path}: {type(exc).__name__}: {exc}; the run itself is unaffected")
 
 
 def _dir_option(param: str, flag: str, env: str, value: str | None) -> str | None:

@@ -113,17 +113,21 @@ def _write_metrics(outcomes: list[Outcome], config: Config, push_url: str | None
     m = metrics_or_warn("--metrics-push" if push_url else "--metrics-file")
     if m is None:
         return
-    entries = {e.spec.key: (e.spec.backend, e.spec.model, e.spec.shape.label()) for e in config.entries()}
-    reg = m.prebuild_registry(outcomes, entries)
-    if push_url:
-        import socket
+    import socket
 
-        grouping = {"worker": worker or socket.gethostname(),
-                    "shard": settings.shard.label() if settings.shard else "all"}
-        m.push(push_url, reg, "cachekeeper_prebuild", grouping)
-    else:
-        assert path is not None
-        m.write_textfile(path, reg, "--metrics-file")
+    from ..observability import logs
+
+    try:
+        entries = {e.spec.key: (e.spec.backend, e.spec.model, e.spec.shape.label()) for e in config.entries()}
+        reg = m.prebuild_registry(outcomes, entries)
+        if push_url:
+            grouping = {"worker": worker or socket.gethostname(),
+                        "shard": settings.shard.label() if settings.shard else "all"}
+            m.push(push_url, reg, "cachekeeper_prebuild", grouping)
+        elif path is not None:
+            m.write_textfile(path, reg, "--metrics-file")
+    except Exception as exc:   # the builds are published; the metrics are a side channel
+        logs.warning(f"prebuild metrics: {type(exc).__name__}: {exc}; the run itself is unaffected")
 
 
 def _progress(o: Outcome) -> None:

@@ -254,10 +254,10 @@ class RuntimeMetrics:
 
     def observe(self, rows: Iterable[Any]) -> None:
         """One stored report's rows (model, shape, calls, compiled, compile_s)."""
-        for r in rows:
-            labels = {**self.base, "model": self.cap("model", r.model), "shape": self.cap("shape", r.shape)}
-            self.calls.labels(**labels).inc(r.calls)
-            self.compiled.labels(**labels).inc(r.compiled)
+        for r in rows:   # counts from a spool serving hosts write: clamped, a counter never goes down
+            labels = {**self.base, "model": self.cap("model", str(r.model)), "shape": self.cap("shape", r.shape)}
+            self.calls.labels(**labels).inc(max(r.calls, 0))
+            self.compiled.labels(**labels).inc(max(r.compiled, 0))
             self.compile_s.labels(**labels).inc(max(r.compile_s, 0.0))
 
     def round_done(self) -> None:
