@@ -93,8 +93,10 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     if report.swept:
         say(f"prebuild: removed {len(report.swept)} workdirs of dead workers")
     where = f" (shard {settings.shard.label()})" if settings.shard else ""
-    say("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
-         + f"{where} -> {store.url}")
+    from ..observability import logs
+
+    logs.summary("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
+                 + f"{where} -> {store.url}", command="prebuild", counts=report.counts(), store=store.url)
     if report.refused:
         raise QueuePayloadError(report.refused[0].detail)
     if report.failed:

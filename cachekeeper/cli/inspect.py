@@ -216,7 +216,7 @@ def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, tra
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):
         say(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front")
-    click.echo(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})", err=True)
+    say(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})")
     try:
         view = traffic_view(catalog, store_url, window) if traffic else None
         config = required_config(config_path) if config_path else None

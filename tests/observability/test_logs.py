@@ -48,12 +48,13 @@ def test_hydrate_warnings_and_summary_are_objects_with_the_json_summarys_fields(
     assert set(plain_summary) <= set(summary) and summary["hydrate"] == "noop"
 
 
-def test_prebuild_progress_lines_are_progress_events(ck: Ck) -> None:
+def test_prebuild_lines_are_progress_events_and_its_last_a_summary(ck: Ck) -> None:
     proc = ck.run("--log-format", "json", "prebuild", str(ck.config))
     evs = events(proc.stderr)
-    assert [e["event"] for e in evs] == ["progress", "progress", "progress"]
+    assert [e["event"] for e in evs] == ["progress", "progress", "summary"]
     assert all(e["level"] == "info" for e in evs)
     assert sum("built" in e["message"] for e in evs) == 3 and evs[-1]["message"].startswith("prebuild: 2 built")
+    assert evs[-1]["command"] == "prebuild" and evs[-1]["counts"] == {"built": 2}
 
 
 def test_the_human_format_is_the_default(ck: Ck) -> None:
