@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -245,3 +246,23 @@ def test_every_metric_is_named_by_the_conventions() -> None:
             unit = "seconds" if "seconds" in name else "bytes"
             assert name.removesuffix("_total").endswith(unit), f"{name}: the unit is the last word"
         assert "le" not in metric.labels and "quantile" not in metric.labels
+
+
+def test_the_readmes_three_metrics_lines_parse_with_the_real_cli() -> None:
+    import re
+    import shlex
+
+    from cachekeeper.cli import _register, cli
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("the three lines a team adds"):]
+    block = block[block.index("```sh") + 5:]
+    lines = [re.sub(r"\s+#.*$", "", line) for line in block[:block.index("```")].strip().splitlines()]
+    assert len(lines) == 3
+    _register()
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "cachekeeper"
+        command = cli.commands[argv[1]]
+        ctx = command.make_context(argv[1], argv[2:])   # an unknown flag or a bad value raises here
+        assert any(k.startswith("metrics") and v for k, v in ctx.params.items()) or argv[1] == "dashboard"
