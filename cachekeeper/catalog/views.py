@@ -20,7 +20,7 @@ from ..format.fingerprint import Fingerprint
 from ..format.layout import CAPTURED_DIR
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED
 from .models import BuildJobModel, FingerprintModel, ManifestModel
-from .queue import aware, now
+from .queue import aware, clock, now
 from .rows import EntryCost
 
 if TYPE_CHECKING:
@@ -323,3 +323,18 @@ def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
     found = {fp_id: (int(n), int(c)) for fp_id, n, c in counts}
     return [{"id": fp_id, "backend": backend, "manifests": found.get(fp_id, (0, 0))[0],
              "captured": found.get(fp_id, (0, 0))[1]} for fp_id, backend in sorted(backends.items())]
+
+
+def metric_counts(conn: Connection) -> tuple[list[dict[str, Any]], dict[str, int], int]:
+    """The dashboard's /metrics (observability/metrics.py): per toolchain its backend, prebuilt entries and
+    captured sets (by manifest kind); queue jobs by status; running jobs whose lease has expired."""
+    backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
+    kinds = conn.execute(select(M.fingerprint_id, func.count(case((M.kind == KIND_ENTRY, 1))),
+                                func.count(case((M.kind == KIND_CAPTURED, 1)))).group_by(M.fingerprint_id)).all()
+    found = {fp_id: (int(e), int(c)) for fp_id, e, c in kinds}
+    toolchains = [{"id": fp_id, "backend": backend, "entries": found.get(fp_id, (0, 0))[0],
+                   "captured": found.get(fp_id, (0, 0))[1]} for fp_id, backend in sorted(backends.items())]
+    queue = {str(s): int(n) for s, n in conn.execute(select(J.status, func.count()).group_by(J.status))}
+    at = clock(conn)   # the time the queue compares leases by (the database's on Postgres)
+    expired = conn.execute(select(func.count()).where(J.status == "running", J.lease_expires_at < at)).scalar()
+    return toolchains, queue, int(expired or 0)

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import CachekeeperError
+from ..observability import logs
 from .hints import hint_for
 
 
@@ -24,15 +25,14 @@ class _Group(click.Group):
         try:
             code = super().main(args, prog_name, complete_var, False, **extra)
         except click.UsageError as exc:
-            click.echo(f"error: {usage_message(exc)}", err=True)
             where = exc.ctx.command_path if exc.ctx is not None else "cachekeeper"
-            click.echo(f"hint: run `{where} --help`", err=True)
+            logs.error(usage_message(exc), f"run `{where} --help`", exit_code=2)
             sys.exit(2)
         except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
+            logs.error(exc.format_message(), exit_code=exc.exit_code)
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("error: aborted", err=True)
+            logs.error("aborted", exit_code=1)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -41,17 +41,18 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except CachekeeperError as exc:
             # The one error handler: the message, the next step from the hint table, the class's exit code.
-            click.echo(f"error: {exc.message}", err=True)
-            hint = hint_for(exc)
-            if hint:
-                click.echo(f"hint: {hint}", err=True)
+            logs.error(exc.message, hint_for(exc), exit_code=exc.exit_code, error=type(exc).__name__,
+                       **exc.fields)
             ctx.exit(exc.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cachekeeper")
-def cli() -> None:
+@click.option("--log-format", type=click.Choice(logs.FORMATS), default="human", show_default=True,
+              envvar=logs.ENV, help="stderr as human lines, or one JSON object per event [env CACHEKEEPER_LOG_FORMAT]")
+def cli(log_format: str) -> None:
     """Prebuild, publish and hydrate compiler caches for PyTorch models."""
+    logs.configure(log_format)
 
 
 def usage_message(exc: click.UsageError) -> str:

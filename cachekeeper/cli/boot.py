@@ -90,13 +90,16 @@ FORMATS = ENV_FORMATS
 @click.option("--env-format", type=click.Choice(FORMATS), default="shell", show_default=True,
               help="--env-file as a shell sources it, or as a systemd EnvironmentFile=")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
+@click.option("--metrics-file", envvar="CACHEKEEPER_METRICS_FILE", metavar="PATH",
+              help="write the run's metrics here in node_exporter's textfile format, atomically; a failure is a "
+              "warning, never the boot's (config hydrate.metrics_file) [env CACHEKEEPER_METRICS_FILE]")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
             store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
             trusted_keys: tuple[str, ...], capture_keys: tuple[str, ...], deadline: float | None, best_effort: bool,
             node_cache: str | None, node_cache_link: str, node_max: str | None, max_bytes: str | None,
             durability: str | None, ready_after: str | None, env_file: str | None, env_format: str,
-            as_json: bool) -> None:
+            as_json: bool, metrics_file: str | None) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..boot.request import NodeSettings, resolve_request, run_request
     from ..bounds import STALL_TIMEOUT, checked_env
@@ -117,10 +120,18 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         env_file=env_file, env_format=env_format)
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
-    with collector_paused():
-        report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
-                                      trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
-                                      capture_keys=capture_keys, progress=progress_line(), node=node)
+    metrics_file = metrics_file or (req.config.hydrate_metrics_file if req.config else None)
+    try:
+        with collector_paused():
+            report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
+                                          trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
+                                          capture_keys=capture_keys, progress=progress_line(), node=node)
+    except Exception:
+        if metrics_file:
+            write_metrics(metrics_file, None, req, models)
+        raise
+    if metrics_file:
+        write_metrics(metrics_file, report, req, models)
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)
@@ -137,6 +148,25 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     for line in report.warnings:
         say(f"warning: {line}")
     summarize(report)
+
+
+def write_metrics(path: str, report: HydrateReport | None, req: HydrateRequest, models: tuple[str, ...]) -> None:
+    """The run's node_exporter textfile (docs/observability.md); `report` None: the hydrate failed. Only
+    here is prometheus_client imported, and nothing it raises reaches the boot."""
+    from ..observability import logs, metrics_or_warn
+
+    m = metrics_or_warn("--metrics-file")
+    if m is None:
+        return
+    from ..boot.fleet import hydrate_counts
+
+    try:
+        counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
+        reg = m.hydrate_registry(report, backend=req.toolchain.name, fingerprint=req.toolchain.fingerprint.id,
+                                 model=",".join(sorted(models)) or "all", counts=counts, failed=report is None)
+        m.write_textfile(path, reg, "--metrics-file")
+    except Exception as exc:   # never the boot's failure: the metrics are a side channel
+        logs.warning(f"--metrics-file {path}: {type(exc).__name__}: {exc}; the run itself is unaffected")
 
 
 def _dir_option(param: str, flag: str, env: str, value: str | None) -> str | None:

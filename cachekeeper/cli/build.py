@@ -28,7 +28,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..worker.prebuild import Outcome
+    from ..config import Config
+    from ..worker.prebuild import Outcome, RunSettings
 
 
 @click.command()
@@ -52,11 +53,17 @@ if TYPE_CHECKING:
 @click.option("--verify-store", is_flag=True, help="also check the store for entries the catalog lists as built")
 @click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign manifests with [env CACHEKEEPER_SIGNING_KEY]")
+@click.option("--metrics-push", envvar="CACHEKEEPER_METRICS_PUSH", metavar="URL",
+              help="push each entry's build seconds and outcome to this Pushgateway when done (a Kubernetes "
+              "Job's convention; docs/observability.md) [env CACHEKEEPER_METRICS_PUSH]")
+@click.option("--metrics-file", envvar="CACHEKEEPER_METRICS_FILE", metavar="PATH",
+              help="else write them here in node_exporter's textfile format [env CACHEKEEPER_METRICS_FILE]")
 @json_option
 def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, no_catalog: bool,
              backends: tuple[str, ...], models: tuple[str, ...], only: tuple[str, ...], worker: str | None,
              lease: float, heartbeat: float, wait: bool, shard: str | None, workers: int | None,
-             verify_store: bool, sign_key: str | None, as_json: bool) -> None:
+             verify_store: bool, sign_key: str | None, metrics_push: str | None, metrics_file: str | None,
+             as_json: bool) -> None:
     """Compile every entry of CONFIG's matrix for this host's toolchains and publish the caches."""
     from ..errors import BuildFailed, BuildsInProgress, QueuePayloadError, UsageError
     from ..worker.lease import LeaseSettings
@@ -78,14 +85,18 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
         catalog = None if no_catalog else stack.enter_context(opened_catalog(catalog_url, config))
         report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
                      only=set(only) or None, settings=settings, progress=_progress)
+    if metrics_push or metrics_file:
+        _write_metrics(report.outcomes, config, metrics_push, metrics_file, worker, settings)
     if as_json:
         click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes],
                                "swept_workdirs": [str(p) for p in report.swept]}))
     if report.swept:
         say(f"prebuild: removed {len(report.swept)} workdirs of dead workers")
     where = f" (shard {settings.shard.label()})" if settings.shard else ""
-    say("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
-         + f"{where} -> {store.url}")
+    from ..observability import logs
+
+    logs.summary("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
+                 + f"{where} -> {store.url}", command="prebuild", counts=report.counts(), store=store.url)
     if report.refused:
         raise QueuePayloadError(report.refused[0].detail)
     if report.failed:
@@ -93,6 +104,32 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     if report.held:
         raise BuildsInProgress(f"{held_summary(report.held)} still being built by other workers; "
                                "not everything wanted is built yet")
+
+
+def _write_metrics(outcomes: list[Outcome], config: Config, push_url: str | None, path: str | None,
+                   worker: str | None, settings: RunSettings) -> None:
+    """Each entry's build seconds and outcome (observability/metrics.py): pushed to a Pushgateway, grouped
+    by worker and shard so parallel workers do not overwrite each other, else a textfile."""
+    from ..observability import metrics_or_warn
+
+    m = metrics_or_warn("--metrics-push" if push_url else "--metrics-file")
+    if m is None:
+        return
+    import socket
+
+    from ..observability import logs
+
+    try:
+        entries = {e.spec.key: (e.spec.backend, e.spec.model, e.spec.shape.label()) for e in config.entries()}
+        reg = m.prebuild_registry(outcomes, entries)
+        if push_url:
+            grouping = {"worker": worker or socket.gethostname(),
+                        "shard": settings.shard.label() if settings.shard else "all"}
+            m.push(push_url, reg, "cachekeeper_prebuild", grouping)
+        elif path is not None:
+            m.write_textfile(path, reg, "--metrics-file")
+    except Exception as exc:   # the builds are published; the metrics are a side channel
+        logs.warning(f"prebuild metrics: {type(exc).__name__}: {exc}; the run itself is unaffected")
 
 
 def _progress(o: Outcome) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .options import catalog_option, opened_store, store_option
+from .options import catalog_option, opened_store, say, store_option
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,7 +81,7 @@ def rebuild(catalog_url: str | None, store_url: str | None) -> None:
     with opened_store(store_url, None) as store, Catalog.open(catalog_url) as catalog:
         report = catalog.rebuild(store)
     for key, why in report.invalid:
-        click.echo(f"warning: {key}: {why}", err=True)
+        say(f"warning: {key}: {why}")
     click.echo(f"{catalog.url}: {len(report.added)} added, {len(report.removed)} removed, "
                f"{report.unchanged} unchanged, {len(report.invalid)} invalid")
 

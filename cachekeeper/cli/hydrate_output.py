@@ -2,6 +2,8 @@
 
 On a terminal: a progress line (only for hydrates longer than a second), then one human line. Otherwise
 (boot logs, CI): one JSON summary line a log pipeline can parse. stdout stays for `--print-env`/`--json`.
+With `--log-format json` both are events of the one logger (observability/logs.py): a progress event every
+few seconds and a summary event carrying the same figures.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..observability import logs
+
 if TYPE_CHECKING:
     from ..boot.fetch import FetchStats
     from ..boot.hydrate import HydrateReport
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
 MiB = 1 << 20
 SHOW_AFTER = 1.0     # seconds: a fast hydrate prints no progress at all
 EVERY = 0.2
+EVERY_EVENT = 5.0    # seconds between progress events in the JSON log format
 
 
 def _tty() -> bool:
@@ -26,6 +31,8 @@ def _tty() -> bool:
 
 
 def progress_line(tty: Callable[[], bool] = _tty) -> Callable[[FetchStats], None] | None:
+    if logs.current() == "json":
+        return _progress_events()
     if not tty():
         return None
     t0 = time.monotonic()
@@ -42,6 +49,23 @@ def progress_line(tty: Callable[[], bool] = _tty) -> Callable[[FetchStats], None
                          + (f", {stats.retries} retries" if stats.retries else "") + "   ")
         sys.stderr.flush()
         progress_line.shown = True  # type: ignore[attr-defined]
+
+    return show
+
+
+def _progress_events() -> Callable[[FetchStats], None]:
+    t0 = time.monotonic()
+    last = [t0]
+
+    def show(stats: FetchStats) -> None:
+        now = time.monotonic()
+        if now - t0 < SHOW_AFTER or now - last[0] < EVERY_EVENT:
+            return
+        last[0] = now
+        logs.progress(f"hydrate: {stats.files}/{stats.files_planned} files, "
+                      f"{stats.bytes_received / MiB:.0f}/{stats.bytes_planned / MiB:.0f} MiB",
+                      command="hydrate", files=stats.files, files_planned=stats.files_planned,
+                      bytes=stats.bytes_received, bytes_planned=stats.bytes_planned, retries=stats.retries)
 
     return show
 
@@ -69,6 +93,10 @@ def _node_figures(report: HydrateReport) -> dict[str, object]:
 
 
 def summarize(report: HydrateReport, tty: Callable[[], bool] = _tty) -> None:
+    if logs.current() == "json":
+        logs.summary(f"hydrate: {summary(report)['hydrate']} -> {report.dest} ({report.seconds:.2f}s)",
+                     command="hydrate", **summary(report))
+        return
     if not tty():
         sys.stderr.write(json.dumps(summary(report)) + "\n")
         return

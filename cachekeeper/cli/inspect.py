@@ -202,8 +202,10 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
 @traffic_option
 @store_option
 @since_option
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="add this config's coverage (built / missing per toolchain) to /metrics")
 def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, traffic: bool, store_url: str | None,
-              since: str) -> None:
+              since: str, config_path: str | None) -> None:
     """Serve the read-only coverage dashboard (matrix, build queue, publishes, diffs)."""
     import uvicorn
 
@@ -213,15 +215,35 @@ def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, tra
     window = since_seconds(since) if traffic else 0.0
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):
-        click.echo(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front",
-                   err=True)
-    click.echo(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})", err=True)
+        say(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front")
+    say(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})")
     try:
         view = traffic_view(catalog, store_url, window) if traffic else None
-        uvicorn.run(create_app(catalog, view), host=host, port=port, root_path=root_path, log_level="warning",
+        config = required_config(config_path) if config_path else None
+        cover = (lambda: config_coverage(catalog, config)) if config is not None else None
+        uvicorn.run(create_app(catalog, view, cover), host=host, port=port, root_path=root_path, log_level="warning",
                     proxy_headers=True)
     finally:
         catalog.close()
+
+
+def config_coverage(catalog: Catalog, config: Config) -> list[dict[str, Any]]:
+    """/metrics' coverage of `config`: per toolchain the catalog knows for one of its backends, how many
+    of the config's entries for that backend are built and missing (read per scrape)."""
+    from ..catalog import views
+    from ..presence import look_up
+
+    with views.reading(catalog) as conn:
+        fps = views.fingerprint_summaries(conn)
+    out: list[dict[str, Any]] = []
+    for fp in fps:
+        if fp["backend"] not in config.backend_names():
+            continue
+        keys = [e.spec.key for e in config.entries({fp["backend"]})]
+        presence = look_up(fp["id"], keys, catalog=catalog)
+        built = sum(1 for k in keys if presence.is_built(k))
+        out.append({"backend": fp["backend"], "fingerprint": fp["id"], "built": built, "missing": len(keys) - built})
+    return out
 
 
 def traffic_view(catalog: Catalog, store_url: str | None, since_s: float) -> Callable[[], dict[str, Any]]:

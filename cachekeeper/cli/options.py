@@ -69,8 +69,11 @@ def param_source(ctx: click.Context, param: click.Parameter) -> str:
 
 
 def say(msg: str) -> None:
-    """Human lines go to stderr: stdout is for `--json`, `--print-env` and listings."""
-    click.echo(msg, err=True)
+    """Human lines go to stderr: stdout is for `--json`, `--print-env` and listings. Through the one
+    logger (observability/logs.py): `warning: ...` is a warning event, any other line a progress event."""
+    from ..observability import logs
+
+    logs.line(msg)
 
 
 def required_config(path: str) -> Config:

@@ -13,11 +13,12 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .options import json_option, load_config, say, store_option, toolchain
+from .. import bounds
+from .options import json_option, load_config, number, say, store_option, toolchain
 
 if TYPE_CHECKING:
     from ..boot.reports import Report
@@ -69,9 +70,13 @@ def since_seconds(text: str, source: str = "--since") -> float:
               help="where watch(pipe) records calls [env CACHEKEEPER_SPOOL; default $CACHEKEEPER_HOME/spool]")
 @click.option("--watch", "every", metavar="SECONDS",
               help="write at most one report every SECONDS (1-86400) until stopped, then once more")
+@number("--metrics-port", bound=bounds.PORT, envvar="CACHEKEEPER_METRICS_PORT", metavar="PORT",
+        help="with --watch: serve the runtime-miss counters on http://0.0.0.0:PORT/metrics "
+        "(docs/observability.md) [env CACHEKEEPER_METRICS_PORT]")
 @json_option
 def report(config_path: str | None, backend: str | None, device: str | None, pairs: tuple[str, ...],
-           dest: str | None, store_url: str | None, spool_path: str | None, every: str | None, as_json: bool) -> None:
+           dest: str | None, store_url: str | None, spool_path: str | None, every: str | None,
+           metrics_port: int | None, as_json: bool) -> None:
     """Batch the calls `cachekeeper.runtime.watch(pipe)` recorded into one miss report under the store's
     reports/ prefix (the only thing a server-role identity may write)."""
     from ..boot.request import store_on_demand
@@ -83,10 +88,14 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
     state = load_state(Path(dest)) if dest and Path(dest).is_dir() else None
     tc = toolchain(config, backend or (state.backend if state else None), pairs, device)
     spool = Path(spool_path) if spool_path else spool_dir()
+    sidecar = _metrics_sidecar(metrics_port, interval, tc.name, tc.fingerprint.id)
     with store_on_demand(store_url, config) as store_fn:
 
         def once() -> None:
-            _report_once(spool, tc.fingerprint.id, tc.name, store_fn, as_json)
+            _report_once(spool, tc.fingerprint.id, tc.name, store_fn, as_json,
+                         sidecar.observe if sidecar else None)
+            if sidecar:
+                sidecar.round_done()
 
         if interval is None:
             once()
@@ -97,8 +106,25 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
             rounds(interval, once, (StoreError,), "the calls are kept for the next round")
 
 
+def _metrics_sidecar(port: int | None, interval: float | None, backend: str, fingerprint_id: str) -> Any:
+    """`--metrics-port`: the runtime-miss counters on /metrics (observability/metrics.py), or None. A port
+    in use or a missing library is one warning; the reports are written either way."""
+    if port is None:
+        return None
+    from ..errors import UsageError
+    from ..observability import metrics_or_warn
+
+    if interval is None:
+        raise UsageError("--metrics-port serves /metrics while `report --watch SECONDS` runs; add --watch")
+    m = metrics_or_warn("--metrics-port")
+    if m is None:
+        return None
+    sidecar = m.RuntimeMetrics(backend, fingerprint_id, interval)
+    return sidecar if sidecar.serve(port) else None
+
+
 def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Callable[[], object],
-                 as_json: bool) -> None:
+                 as_json: bool, observe: Callable[[Any], None] | None = None) -> None:
     from ..boot.reports import build_report, claim, write_report
     from ..stores.base import Store
 
@@ -114,6 +140,8 @@ def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Calla
     assert isinstance(store, Store)
     key = write_report(store, rep)
     taken.release()   # only once the report is stored: a failed round keeps the records for the next
+    if observe is not None:
+        observe(rep.rows)   # counted once stored: a failed round's calls are counted by the round that stores them
     if as_json:
         click.echo(json.dumps({"key": key, "calls": len(taken.records), "rows": len(rep.rows),
                                "compiled": sum(r.compiled for r in rep.rows), "dropped": rep.dropped}))

@@ -101,6 +101,7 @@ class Config:
     hydrate_durability: str | None = None         # fsync | boot | both (boot/durability.py)
     hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
     hydrate_hot_reports: int = 16                 # newest miss reports that order the hot entries (boot/hot.py)
+    hydrate_metrics_file: str | None = None       # node_exporter textfile hydrate writes (docs/observability.md)
 
     @property
     def capture_publish(self) -> bool:

@@ -39,7 +39,7 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defa
 CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
-                 "ready_after", "hot_reports")
+                 "ready_after", "hot_reports", "metrics_file")
 _DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
 MAX_BYTES = int(BYTE_BUDGET.high)    # bounds.py: a byte budget above this is a typo, not a disk
 MAX_COUNT = int(COUNT.high)
@@ -175,6 +175,9 @@ class _Schema(NodeReader):
             out["hydrate_hot_reports"] = self.bounded(hydrate["hot_reports"][1], "hydrate.hot_reports", 0, MAX_COUNT)
         if "durability" in hydrate:
             out["hydrate_durability"] = self.choice(hydrate, "durability", _DURABILITY, "hydrate")
+        if "metrics_file" in hydrate:   # docs/observability.md: the node_exporter textfile
+            out["hydrate_metrics_file"] = local_path(self.string(hydrate["metrics_file"][1], "hydrate.metrics_file"),
+                                                     self.base)
         return out
 
     def bounded(self, node: Node, what: str, minimum: int, maximum: int) -> int:

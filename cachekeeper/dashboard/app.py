@@ -1,5 +1,6 @@
-"""The dashboard's routes: `/` (toolchains, coverage matrix, build queue, recent publishes) and
-`/diff` (two toolchains side by side). GET only; each request is one short read transaction."""
+"""The dashboard's routes: `/` (toolchains, coverage matrix, build queue, recent publishes),
+`/diff` (two toolchains side by side) and `/metrics` (the same figures for Prometheus,
+docs/observability.md). GET only; each request is one short read transaction."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def _secs(s: float | None) -> str:
     return "—" if s is None else (f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m")
 
 
-def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = None) -> Starlette:
-    """`traffic`: the "served but not prebuilt" table (inspection/traffic.py), read per request; None hides it."""
+def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = None,
+               coverage: Callable[[], list[dict[str, Any]]] | None = None) -> Starlette:
+    """`traffic`: the "served but not prebuilt" table (inspection/traffic.py), read per request; None hides it.
+    `coverage`: the `--config` matrix's built / missing counts per toolchain, for /metrics; None omits them."""
     templates = Jinja2Templates(directory=str(TEMPLATES))
     templates.env.filters["mb"] = _mb
     templates.env.filters["secs"] = _secs
@@ -82,6 +85,26 @@ def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = 
                                views.entries_only_in(conn, fb.id, fa.id), workers=q.workers)
         return page(request, "diff.html", {"d": report, "q": q, "limit": DIFF_LIST_LIMIT})
 
+    def figures() -> Any:
+        from ..observability.metrics import CatalogFigures
+
+        with views.reading(catalog) as conn:
+            toolchains, queue, expired = views.metric_counts(conn)
+        served = None
+        if traffic is not None:
+            table = traffic()
+            served = {fp: len(rows) for fp, rows in table.get("toolchains", {}).items()}
+        return CatalogFigures(toolchains, queue, expired, served, coverage() if coverage is not None else None)
+
+    def metrics(request: Request) -> Response:
+        try:
+            from ..observability.metrics import catalog_registry, exposition
+        except ImportError:
+            return PlainTextResponse("501 /metrics needs prometheus_client: install cachekeeper[metrics]\n",
+                                     status_code=501)
+        body, content_type = exposition(catalog_registry(figures))
+        return Response(body, media_type=content_type)
+
     def bad_query(request: Request, exc: Exception) -> Response:
         return PlainTextResponse(f"400 bad request: {exc}\n", status_code=400)
 
@@ -94,7 +117,7 @@ def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = 
         return PlainTextResponse(f"503 catalog unavailable: {message}\n", status_code=503)
 
     return Starlette(
-        routes=[Route("/", index), Route("/diff", diff)],
+        routes=[Route("/", index), Route("/diff", diff), Route("/metrics", metrics)],
         exception_handlers={BadQuery: bad_query, UsageError: not_found, CatalogError: catalog_down})
 
 
