@@ -63,6 +63,10 @@ class PublicKeyError(UsageError):
     """Text given as a trusted public key that is not an ed25519 public key."""
 
 
+class PrivateKeyGiven(PublicKeyError):
+    """A private key (PEM) given where a public key belongs; its text is never echoed."""
+
+
 class UnknownId(UsageError):
     """An id prefix that names no fingerprint the catalog knows."""
 
@@ -113,6 +117,15 @@ class IntegrityError(CachekeeperError):
 class UntrustedManifest(IntegrityError):
     """Trusted keys are required and a manifest is unsigned, or signed by a key that is not trusted
     (`key`: that key's id). A trust problem, not corrupt bytes."""
+
+
+class WrongKeyRole(UntrustedManifest):
+    """A manifest signed by a known key of the other role: a capture key on a prebuilt manifest, or a
+    builder key on a captured set (docs/security.md, "Builder keys and capture keys")."""
+
+
+class UntrustedCapture(UntrustedManifest):
+    """A captured set (a serving host's compile) unsigned, or signed by a key not listed as a capture key."""
 
 
 class ManifestError(CachekeeperError):

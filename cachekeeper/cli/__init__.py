@@ -52,6 +52,9 @@ class _Group(click.Group):
 @click.version_option(package_name="cachekeeper")
 def cli() -> None:
     """Prebuild, publish and hydrate compiler caches for PyTorch models."""
+    from ..bounds import check_environment
+
+    check_environment()   # every env var read outside a flag, at entry: a no-op run checks them too
 
 
 def usage_message(exc: click.UsageError) -> str:

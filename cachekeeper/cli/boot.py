@@ -27,6 +27,7 @@ from .node_options import bytes_option, count_option, source_of
 from .options import (
     backend_pairs,
     load_config,
+    needs,
     number,
     opened_store,
     required_config,
@@ -103,6 +104,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     from ..errors import UsageError
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
+    needs("env_format", "env_file")
+    needs("capture_keys", "trusted_keys")   # without builder keys every manifest is taken unsigned anyway
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")
@@ -115,7 +118,11 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         durability=durability,
         ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
         env_file=env_file, env_format=env_format)
-    req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
+    config = load_config(config_path)
+    from_config = config is not None and config.hydrate_node_cache is not None
+    needs("node_cache_link", "node_cache", met=from_config)
+    needs("node_max", "node_cache", met=from_config)
+    req = resolve_request(config=config, lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     with collector_paused():
         report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,

@@ -18,6 +18,7 @@ import click
 from .. import bounds
 from .options import (
     catalog_option,
+    excludes,
     json_option,
     number,
     opened_catalog,
@@ -64,6 +65,8 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     from ..worker.prebuild import prebuild as run
     from ..worker.shard import parse_shard
 
+    for flag in ("wait", "verify_store", "worker", "lease", "heartbeat", "catalog_url"):
+        excludes(flag, "no_catalog", "it acts on the catalog's shared queue or index")
     settings = RunSettings(lease=LeaseSettings(lease, heartbeat), wait=wait, verify_store=verify_store,
                            worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
     if heartbeat >= lease:

@@ -37,6 +37,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.SigningKeyError: Hint("create a signing key with `cachekeeper keygen`",
                             "create a signing key at {path} with `cachekeeper keygen`"),
     e.PublicKeyError: Hint("use the `ed25519:...` line `cachekeeper keygen` printed"),
+    e.PrivateKeyGiven: Hint("pass the public half (the `ed25519:...` line `cachekeeper keygen` printed); the private "
+                            "key stays on the host that signs (--sign-key)"),
     e.UnknownId: Hint("`cachekeeper stats` lists the fingerprints the catalog knows"),
     # storage
     e.StoreError: Hint("check the store URL (--store or CACHEKEEPER_STORE) and that it is reachable"),
@@ -54,6 +56,17 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                               "--trusted-key",
                               "trust key {key} (--trusted-key / CACHEKEEPER_TRUSTED_KEYS: its public key, from "
                               "the publisher), or re-sign with a trusted key (`cachekeeper prebuild --sign-key`)"),
+    # Roles (docs/security.md): never advise listing a serving host's key as a builder (trusted) key.
+    e.WrongKeyRole: Hint("a key signs in one role only: re-sign prebuilt manifests with a builder key "
+                         "(`cachekeeper prebuild --sign-key`), and never list a serving host's key with --trusted-key",
+                         "key {key} is listed in the other role; re-sign prebuilt manifests with a builder key "
+                         "(`cachekeeper prebuild --sign-key`), and never list a serving host's key with "
+                         "--trusted-key"),
+    e.UntrustedCapture: Hint("captured sets need a serving host's capture key: list its public key with "
+                             "--capture-key / CACHEKEEPER_CAPTURE_KEYS (never --trusted-key), or set "
+                             "`capture: report` to take no captured sets",
+                             "if {key} is a serving host's capture key, list it with --capture-key / "
+                             "CACHEKEEPER_CAPTURE_KEYS (never --trusted-key); otherwise leave the set untaken"),
     e.ManifestError: Hint("the manifest is unreadable or of an unknown schema; rebuild the entry"),
     # catalog
     e.CatalogError: Hint("check the catalog URL (--catalog or CACHEKEEPER_CATALOG)"),

@@ -103,8 +103,10 @@ since_option = click.option("--since", default="7d", show_default=True, help="wi
 def stats(catalog_url: str | None, traffic: bool, store_url: str | None, since: str, as_json: bool) -> None:
     """Entries and sizes per toolchain (from the catalog); --traffic adds, per toolchain, the shapes served
     but not prebuilt (from the store's miss reports)."""
+    from .options import needs
     from .traffic import since_seconds
 
+    needs("since", "traffic")
     window = since_seconds(since) if traffic else 0.0
     with opened_catalog(catalog_url, None, readonly=True) as catalog:
         rows = catalog.fingerprints()
@@ -208,8 +210,10 @@ def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, tra
     import uvicorn
 
     from ..dashboard.app import create_app
+    from .options import needs
     from .traffic import since_seconds
 
+    needs("since", "traffic")
     window = since_seconds(since) if traffic else 0.0
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):
