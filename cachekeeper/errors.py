@@ -228,3 +228,17 @@ class BuildsInProgress(CachekeeperError):
     """Entries other prebuild workers hold under live leases."""
 
     exit_code = 13
+
+
+# --- signals (128 + the signal's number, as a shell reports a process the signal ended) ---------------
+
+class Interrupted(CachekeeperError):
+    """SIGINT (Ctrl-C) stopped the command; what it finished is kept and its claims were released."""
+
+    exit_code = 130
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped the command (a unit stopping, a pod evicted)."""
+
+    exit_code = 143

@@ -101,6 +101,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                               "compile the rest"),
     # capture, prebuild fleet
     e.CaptureError: Hint("run `cachekeeper hydrate --dest DIR` first, and capture the same DIR"),
+    e.Interrupted: Hint("rerun the same command to finish: hydrate resumes what it placed, and prebuild's "
+                        "unfinished entries went back to the queue for the next run"),
     e.BuildsInProgress: Hint("other workers hold these entries under live leases; rerun with --wait to wait for them"),
 }
 
