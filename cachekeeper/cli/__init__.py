@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..errors import CachekeeperError, Interrupted, Terminated
-from .hints import hint_for
+from .hints import hint_for, path_hint
 
 
 class _Group(click.Group):
@@ -49,7 +49,7 @@ class _Group(click.Group):
         except CachekeeperError as exc:
             # The one error handler: the message, the next step from the hint table, the class's exit code.
             click.echo(f"error: {exc.message}", err=True)
-            hint = hint_for(exc)
+            hint = path_hint(exc, _paths_given(ctx, exc)) or hint_for(exc)
             if hint:
                 click.echo(f"hint: {hint}", err=True)
             ctx.exit(exc.exit_code)
@@ -62,6 +62,31 @@ def cli() -> None:
     from ..bounds import check_environment
 
     check_environment()   # every env var read outside a flag, at entry: a no-op run checks them too
+
+
+def _paths_given(ctx: click.Context, exc: BaseException) -> list[tuple[str, str]]:
+    """(flag, value) of every string option the failed subcommand was given (command line or env), so an
+    exit-9 hint can name the flag whose path failed. The subcommand's context is found on the traceback
+    (click pops it before the error reaches the group)."""
+    from click.core import ParameterSource
+
+    sub: click.Context | None = None
+    tb = exc.__traceback__
+    while tb is not None and sub is None:
+        sub = next((v for v in tb.tb_frame.f_locals.values()
+                    if isinstance(v, click.Context) and v.parent is ctx), None)
+        tb = tb.tb_next
+    given: list[tuple[str, str]] = []
+    for param in sub.command.params if sub is not None else ():
+        if not isinstance(param, click.Option) or param.name is None or sub is None:
+            continue
+        if sub.get_parameter_source(param.name) not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            continue
+        values = sub.params.get(param.name)
+        for value in values if isinstance(values, tuple) else (values,):
+            if isinstance(value, str) and value:
+                given.append(("/".join(param.opts), value))
+    return given
 
 
 class SignalTerm(KeyboardInterrupt):

@@ -237,7 +237,7 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
         if not found:
             raise NothingToHydrate(f"{store.url} has no entries of this config for toolchain {fp.id}",
                                    url=store.url, fingerprint=fp.id)
-        write_lockfile(Path(output), tc.name, fp, with_shared(store, fp, found))
+        write_lockfile(Path(output), tc.name, fp, with_shared(store, fp, found), store.url)
     say(f"lock: {len(found)} entries pinned ({len(presence.missing) + len(gone)} not built) -> {output}")
 
 

@@ -129,9 +129,11 @@ def keygen(output: str) -> None:
     key = SigningKey.generate()
     try:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        raise DestinationError(f"cannot create {output}: {exc.strerror}", "choose a new file name",
-                               path=output) from None
+    except FileExistsError:
+        raise DestinationError(f"{output} exists; keygen never overwrites a key",
+                               "choose a new file name for -o/--output", path=output) from None
+    except OSError as exc:   # the hint names -o/--output (cli/hints.py path_hint)
+        raise DestinationError(f"cannot create {output}: {exc.strerror}", path=output) from None
     with os.fdopen(fd, "wb") as f:
         f.write(key.pem())
     click.echo(str(key.public))

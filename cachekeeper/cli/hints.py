@@ -116,6 +116,28 @@ def row_for(cls: type[BaseException]) -> Hint | None:
     return None
 
 
+def path_hint(exc: e.CachekeeperError, given: list[tuple[str, str]]) -> str | None:
+    """For a DestinationError (exit 9) without a raise-site hint: name the flag whose path it is about,
+    out of `given` (flag, path) pairs of the command line, e.g. `-o/--output`, `--env-file`, `--store`;
+    None when no given path holds or contains the error's path (then the class row speaks)."""
+    if not isinstance(exc, e.DestinationError) or exc.hint or not exc.path:
+        return None
+    from pathlib import Path
+
+    bad = Path(exc.path).absolute()
+    best: tuple[int, str, str] | None = None
+    for flag, value in given:
+        path = Path(value.removeprefix("file://")).absolute()
+        if bad == path or path in bad.parents or bad in path.parents:
+            depth = len(path.parts)
+            if best is None or depth > best[0]:
+                best = (depth, flag, value)
+    if best is None:
+        return None
+    _, flag, value = best
+    return f"choose a writable path for {flag} (this host cannot write {value})"
+
+
 def hint_for(exc: e.CachekeeperError) -> str:
     """The one-line next step for `exc`: its raise site's own, else its class's row, filled from its fields."""
     if exc.hint:

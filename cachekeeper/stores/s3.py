@@ -122,12 +122,17 @@ def _new_client() -> Any:
 
 
 def _client_config() -> Config:
-    # Fail fast on a dead endpoint (a few seconds, not botocore's minute), keep modest retries for
-    # throttling, and allow as many pooled connections as the hydrate client runs fetch threads.
+    # Fail fast on a dead endpoint (a few seconds, not botocore's minute); a read that gets no byte for
+    # the stall timeout (CACHEKEEPER_STALL_TIMEOUT) is abandoned, and attempts are few, so a stalled store
+    # ends a listing or a HEAD within a few stall timeouts (reader.sdk_timeouts), not 4 x 60 s; allow as
+    # many pooled connections as the hydrate client runs fetch threads.
+    from .reader import sdk_timeouts
+
+    connect, read, attempts = sdk_timeouts()
     return Config(
-        connect_timeout=3,
-        read_timeout=60,
-        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=connect,
+        read_timeout=read,
+        retries={"max_attempts": attempts, "mode": "standard"},
         max_pool_connections=32,
         signature_version="s3v4",  # presigned reads (s3_read.py) too: botocore would presign with SigV2
         s3={"addressing_style": _addressing_style()},
