@@ -314,6 +314,10 @@ class GCSStore(RangedReads, Store):
             except api_exceptions.NotFound:
                 if not self._bucket_exists():
                     raise self._not_found() from None
+            except api_exceptions.Forbidden:
+                raise StoreWriteDenied(f"{self._where(key)}: write refused: this identity lacks "
+                                       "storage.objects.delete", "only the operator role deletes "
+                                       "(docs/security.md)", key=key, url=self.url) from None
 
     # Uploads create no object until they finish: a killed publisher leaves only a resumable-upload
     # session, which cannot be listed and which GCS expires by itself one week after it was started.

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
