@@ -245,3 +245,14 @@ def test_a_modifier_without_the_flag_it_modifies_is_one_line(env: Env, args: lis
     proc = env.run(*filled, ok=False)
     # before: exit 0 (or whatever the rest of the command did), the modifier silently ignored
     assert proc.returncode == 2 and modifier in one_error_line(proc), proc.stderr
+
+
+def test_a_private_key_pasted_as_the_sign_key_path_is_never_echoed(env: Env) -> None:
+    pem = env.tmp / "k.pem"
+    env.run("keygen", "-o", str(pem))
+    secret = pem.read_text()
+    proc = env.run("prebuild", str(env.config), "--no-catalog", "--sign-key", secret, ok=False)
+    one_error_line(proc)
+    body = [ln for ln in secret.splitlines() if not ln.startswith("-----")]
+    # before: the key's text in the error line, over three lines, and again in the hint
+    assert proc.returncode == 2 and not any(ln[:12] in proc.stderr for ln in body) and "BEGIN" not in proc.stderr

@@ -132,10 +132,18 @@ class SigningKey:
         _crypto()
         from cryptography.hazmat.primitives import serialization
 
+        if "PRIVATE KEY" in str(path) or "\n" in str(path):   # the key itself, pasted where its path belongs
+            tag = hashlib.sha256(str(path).encode("utf-8", "replace")).hexdigest()[:8]
+            raise PrivateKeyGiven(f"the signing key option holds key text ({len(str(path))} characters, sha256 "
+                                  f"{tag}; not shown), not the path of a key file",
+                                  "give the path of the PEM file `cachekeeper keygen -o FILE` wrote")
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        except (OSError, ValueError, TypeError) as exc:
-            raise SigningKeyError(f"cannot load signing key {path}: {exc}", path=str(path)) from None
+        except OSError as exc:
+            raise SigningKeyError(f"cannot load signing key {path}: {exc.strerror}", path=str(path)) from None
+        except (ValueError, TypeError):   # the library's message may quote the file's bytes: never shown
+            raise SigningKeyError(f"cannot load signing key {path}: not an unencrypted PEM private key",
+                                  path=str(path)) from None
         if not isinstance(key, _crypto().Ed25519PrivateKey):
             raise SigningKeyError(f"{path} is not an ed25519 private key", path=str(path))
         return cls(key)
