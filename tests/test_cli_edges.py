@@ -239,6 +239,10 @@ def test_a_bad_env_var_is_refused_at_entry_even_on_a_no_op(built: Env, var: str,
     (["gc", "--dest", "{tmp}/d", "--drop", "abcd"], "--drop"),
     (["capture", "--dest", "{tmp}/d", "--sign-key", "{tmp}/k.pem"], "--sign-key"),
     (["stats", "--since", "1d"], "--since"),
+    (["hydrate", "--lockfile", "{tmp}/x.lock", "--model", "tiny"], "--model"),
+    (["coverage", "{config}", "--store", "file://{tmp}/s"], "--store"),
+    (["coverage", "{config}", "--no-catalog", "--catalog", "sqlite:///{tmp}/c.db"], "--catalog"),
+    (["coverage", "{config}", "--fingerprint", "abcd", "--device", "cpu"], "--device"),
 ])
 def test_a_modifier_without_the_flag_it_modifies_is_one_line(env: Env, args: list[str], modifier: str) -> None:
     filled = [a.format(config=env.config, tmp=env.tmp) for a in args]

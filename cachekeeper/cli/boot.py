@@ -26,6 +26,7 @@ from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
     backend_pairs,
+    excludes,
     load_config,
     needs,
     number,
@@ -105,7 +106,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     needs("env_format", "env_file")
-    needs("capture_keys", "trusted_keys")   # without builder keys every manifest is taken unsigned anyway
+    excludes("models", "lockfile", "a lockfile pins exact manifests; --model selects entries of a config")
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")

@@ -149,6 +149,12 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
              fingerprint_id: str | None, store_url: str | None, catalog_url: str | None, no_catalog: bool,
              as_json: bool) -> None:
     """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
+    from .options import excludes, needs
+
+    needs("store_url", "no_catalog")   # the catalog answers unless --no-catalog
+    excludes("catalog_url", "no_catalog", "the store answers instead")
+    for flag in ("device", "pairs"):
+        excludes(flag, "fingerprint_id", "--fingerprint names the toolchain; these only compute this host's")
     config = required_config(config_path)
     names = [backend] if backend else config.backend_names()
     fp_ids = {n: fingerprint_id or toolchain(config, n, pairs, device).fingerprint.id for n in names}
