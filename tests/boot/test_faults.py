@@ -170,3 +170,31 @@ def test_without_a_deadline_a_stalled_store_ends_within_a_few_stall_timeouts(
         else:
             errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
             assert proc.returncode in (3, 11) and len(errors) == 1, proc.stderr
+
+
+def test_a_hydrate_terminated_while_the_store_stalls_leaves_no_claim(
+        s3_store_url: str, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from tests.fakes import ENABLE
+
+    publish_tree(open_store(s3_store_url), write_tree(tmp_path / "build", build_tree(4, 2)), monkeypatch)
+    dest = tmp_path / "d"
+    with fault_proxy(s3_server.endpoint_url, rate=1.0, kinds=("stall",), match="blobs") as proxy:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", s3_store_url,
+             "--dest", str(dest)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env={**os.environ, **ENABLE, "PYTHONPATH": str(REPO), "FAKE_SHARED_DIR": str(tmp_path / "sh"),
+                 "CACHEKEEPER_HOME": str(tmp_path / "home"), "AWS_ENDPOINT_URL": proxy.url})
+        t0 = time.monotonic()
+        while not proxy.injected["stall"]:   # the manifests are read; the first blob GET hangs
+            assert time.monotonic() - t0 < 30 and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    # before: killed by the signal (-15) mid-way, its state.json claiming the dir for this toolchain
+    assert proc.returncode == 143 and len(errors) == 1 and "SIGTERM" in errors[0], stderr
+    assert any(ln.startswith("hint: ") for ln in stderr.splitlines()) and "Traceback" not in stderr
+    assert list(dest.rglob("state.json")) == [] and not [p for p in dest.rglob("*") if p.is_file()
+                                                        and ".cachekeeper" not in p.parts]
