@@ -134,9 +134,9 @@ class SigningKey:
 
         if "PRIVATE KEY" in str(path) or "\n" in str(path):   # the key itself, pasted where its path belongs
             tag = hashlib.sha256(str(path).encode("utf-8", "replace")).hexdigest()[:8]
-            raise PrivateKeyGiven(f"the signing key option holds key text ({len(str(path))} characters, sha256 "
+            raise SigningKeyError(f"the signing key option holds key text ({len(str(path))} characters, sha256 "
                                   f"{tag}; not shown), not the path of a key file",
-                                  "give the path of the PEM file `cachekeeper keygen -o FILE` wrote")
+                                  "give the path of the key's PEM file, not its contents")
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except OSError as exc:

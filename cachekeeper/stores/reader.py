@@ -11,6 +11,7 @@ A store provides one primitive, `Store.open_range` (a single attempt, no retries
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,14 +49,15 @@ class Deadline:
 
     The watchdog bounds a run without a deadline: while any read waits on the store, a byte must arrive
     within `idle` seconds (IDLE_STALLS stall timeouts); once none has, the store is declared stalled and
-    every read of this run fails at once (a sticky verdict, so N objects never cost N windows)."""
+    every read of this run fails at once (a sticky verdict, so N objects never cost N windows). A run with
+    a deadline has chosen its own bound: the watchdog is off (`idle` None) unless asked for."""
 
     def __init__(self, seconds: float | None = None, idle: float | None = None) -> None:
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
         self.cancelled = threading.Event()   # set when the caller has given up on the workers
         self.retries = Counter()             # attempts retried under this budget, for the summary
-        self.idle = idle if idle is not None else IDLE_STALLS * default_policy().stall
+        self.idle = idle if idle is not None or seconds is not None else IDLE_STALLS * default_policy().stall
         self._watch = threading.Lock()
         self._waiting = 0                    # reads in flight (a read's retries included)
         self._last = time.monotonic()        # the last byte, or when a read began with none in flight
@@ -78,13 +80,13 @@ class Deadline:
         self._last = time.monotonic()
 
     def idle_left(self) -> float:
-        return self.idle - (time.monotonic() - self._last)
+        return math.inf if self.idle is None else self.idle - (time.monotonic() - self._last)
 
     def check_idle(self, where: str) -> None:
         """Raise once the store has sent nothing for `idle` seconds to reads that wait on it."""
-        if not self.stalled and self.idle_left() <= 0:
+        if not self.stalled and self.idle is not None and self.idle_left() <= 0:
             self.stalled = (f"the store sent nothing for {self.idle:g}s ({IDLE_STALLS} stall timeouts of "
-                            f"{self.idle / IDLE_STALLS:g}s, CACHEKEEPER_STALL_TIMEOUT)")
+                            f"{self.idle / IDLE_STALLS:g}s, CACHEKEEPER_STALL_TIMEOUT; no --deadline)")
         if self.stalled:
             from ..errors import StoreUnreachable
 
