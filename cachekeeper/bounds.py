@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 
 from .errors import CachekeeperError, UsageError
@@ -92,6 +93,76 @@ PART_MIB = Bound("part size", 0, 4096, unit="MiB")          # hydrate's ranged-G
 SIZE = Bound("size", 1, 65536, integer=True)                 # a shape's height, width or batch
 BYTE_BUDGET = Bound("byte budget", 1, 1 << 60, integer=True, unit="bytes")  # a dest or node cache: above is a typo
 COUNT = Bound("count", 1, 1_000_000, integer=True)          # entries (--ready-after): more than any matrix
+
+
+# --- byte sizes: one parser for flags, env vars, the config and the Python API ---------------------------
+
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_BYTES_RE = re.compile(r"(\d+)\s*([kmgtp]?)(?:i?b)?", re.IGNORECASE)
+_FRACTION_RE = re.compile(r"(\d*\.\d+|\d+\.\d*)\s*([kmgtp]?)(?:i?b)?", re.IGNORECASE)
+
+
+def parse_bytes(raw: object, bound: Bound = BYTE_BUDGET) -> int:
+    """`20000000000`, `20G`, `512MiB`, `1t` (binary units, a trailing `B`/`iB` optional): a whole number of
+    bytes within `bound`; ValueError(why) otherwise. Fractions (`1.5`, `0.5G`) are refused, never
+    truncated: `--max-bytes 1.5` meant something, and 1 byte is not it."""
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise ValueError(f"{raw!r} is not a byte size")
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = raw.strip()
+        m = _BYTES_RE.fullmatch(text)
+        if m is None:
+            fraction = _FRACTION_RE.fullmatch(text) is not None
+            raise ValueError(f"{raw!r} is {'a fraction: bytes are whole' if fraction else 'not a byte size'}")
+        value = int(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
+    if value < bound.low:
+        raise ValueError(f"{raw!r} is too small")
+    if value > bound.high:
+        raise ValueError(f"{raw!r} is past the bound of 2**60 bytes")
+    return value
+
+
+def checked_bytes(raw: object, source: str, error: type[CachekeeperError] = UsageError) -> int:
+    """A byte budget from `source` (a flag, `env VAR`, `file:line`, an API argument), or one `error`."""
+    try:
+        return parse_bytes(raw)
+    except ValueError as exc:
+        raise error(bytes_problem(source, raw, exc), f"give {source} {BYTES_DESCRIBED}") from None
+
+
+def bytes_problem(source: str, raw: object, exc: ValueError) -> str:
+    """The one message every entry point gives a bad byte size (a fraction says so)."""
+    why = " (a fraction: bytes are whole)" if "fraction" in str(exc) else ""
+    return f"{source} must be a byte count from 1 to 2**60 (e.g. 20G), got {raw!r}{why}"
+
+
+BYTES_DESCRIBED = "a whole number of bytes, optionally with a K, M, G, T or P suffix (binary units)"
+
+
+# --- env vars read outside click: checked when any command starts, even one that ends up a no-op ----
+
+def _addressing(raw: str) -> None:
+    if raw.strip().lower() not in ("", "auto", "path", "virtual"):
+        raise ValueError(f"{raw!r} is not one of auto, path, virtual")
+
+
+ENV_NUMBERS = {"CACHEKEEPER_STALL_TIMEOUT": STALL_TIMEOUT, "CACHEKEEPER_PART_MIB": PART_MIB}
+
+
+def check_environment(environ: dict[str, str] | None = None) -> None:
+    """Every env var cachekeeper reads outside its flags, checked at entry: a typo is one error naming the
+    variable before any work, not a surprise on the first fetch (or never, on a no-op)."""
+    env = os.environ if environ is None else environ
+    for var, bound in ENV_NUMBERS.items():
+        checked_env(var, bound, dict(env))
+    raw = env.get("CACHEKEEPER_S3_ADDRESSING_STYLE", "")
+    try:
+        _addressing(raw)
+    except ValueError as exc:
+        raise UsageError(f"env CACHEKEEPER_S3_ADDRESSING_STYLE: {exc}",
+                         "set CACHEKEEPER_S3_ADDRESSING_STYLE to path, virtual or auto, or unset it") from None
 
 
 def checked(raw: object, bound: Bound, source: str, error: type[CachekeeperError] = UsageError) -> int | float:

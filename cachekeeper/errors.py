@@ -63,6 +63,10 @@ class PublicKeyError(UsageError):
     """Text given as a trusted public key that is not an ed25519 public key."""
 
 
+class PrivateKeyGiven(PublicKeyError):
+    """A private key (PEM) given where a public key belongs; its text is never echoed."""
+
+
 class UnknownId(UsageError):
     """An id prefix that names no fingerprint the catalog knows."""
 
@@ -113,6 +117,15 @@ class IntegrityError(CachekeeperError):
 class UntrustedManifest(IntegrityError):
     """Trusted keys are required and a manifest is unsigned, or signed by a key that is not trusted
     (`key`: that key's id). A trust problem, not corrupt bytes."""
+
+
+class WrongKeyRole(UntrustedManifest):
+    """A manifest signed by a known key of the other role: a capture key on a prebuilt manifest, or a
+    builder key on a captured set (docs/security.md, "Builder keys and capture keys")."""
+
+
+class UntrustedCapture(UntrustedManifest):
+    """A captured set (a serving host's compile) unsigned, or signed by a key not listed as a capture key."""
 
 
 class ManifestError(CachekeeperError):
@@ -220,3 +233,17 @@ class BuildsInProgress(CachekeeperError):
     """Entries other prebuild workers hold under live leases."""
 
     exit_code = 13
+
+
+# --- signals (128 + the signal's number, as a shell reports a process the signal ended) ---------------
+
+class Interrupted(CachekeeperError):
+    """SIGINT (Ctrl-C) stopped the command; what it finished is kept and its claims were released."""
+
+    exit_code = 130
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped the command (a unit stopping, a pod evicted)."""
+
+    exit_code = 143

@@ -211,7 +211,7 @@ DOCUMENTED: dict[type[errors.CachekeeperError], str] = {
     errors.BackendUnavailable: "backend/toolchain", errors.ToolchainMismatch: "backend/toolchain",
     errors.BuildFailed: "build", errors.NothingToHydrate: "nothing to hydrate", errors.DestinationError: "destination",
     errors.LockBusy: "lock busy", errors.HydrateIncomplete: "hydrate incomplete", errors.CaptureError: "capture",
-    errors.BuildsInProgress: "prebuild",
+    errors.BuildsInProgress: "prebuild", errors.Terminated: "terminated", errors.Interrupted: "interrupted",
 }
 
 
@@ -223,7 +223,7 @@ def _readme_exit_codes() -> dict[int, str]:
 
 
 def test_the_readme_lists_each_exit_code_once() -> None:
-    assert sorted(_readme_exit_codes()) == list(range(2, 14))
+    assert sorted(_readme_exit_codes()) == [*range(2, 14), 130, 143]
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)

@@ -252,39 +252,52 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
             if max_bytes is not None:
                 _fit(dest, state, max_bytes, set(report.manifests), report)
             return
-        with contextlib.ExitStack() as stack:
-            from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
+        claimed = False   # set once this run claims a dir no state named
+        try:
+            with contextlib.ExitStack() as stack:
+                from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
-            store, manifests, seen = budget.run(
-                lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
-                                          budget, sets),
-                "reading manifests")
-            joiner = SafeJoiner()
-            plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
-            if state is None:
-                # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
-                # midway is resumed (present files verified and adopted) rather than refused as foreign.
-                # Only now: a run that found nothing to place (nothing built, a store down) claims nothing.
-                save_state(dest, _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
-                                                roots={k: str(v) for k, v in roots.items()}), dest, durability))
-            # Only the roots this run writes to are created, marked live and swept.
-            used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
-                | {p.record.root for p in plan.check}
-            tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
-            from_node = _from_node_cache(local.node_cache, plan, store, threads, budget, durability, report,
-                                         roots.values())
-            placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
-                                    roots=roots.values(), durable=fsyncs(durability))
-            placed.update(from_node)
-            have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
-            applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-            saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen, durability,
-                          trust)
-            if saved is not None:
-                usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
-                if max_bytes is not None:
-                    _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
-                         report)
+                store, manifests, seen = budget.run(
+                    lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
+                                              budget, sets),
+                    "reading manifests")
+                joiner = SafeJoiner()
+                plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
+                if state is None:
+                    # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
+                    # midway is resumed (present files verified and adopted) rather than refused as foreign.
+                    # Only now: a run that found nothing to place (nothing built, a store down) claims nothing.
+                    save_state(dest, _stamped(State(fingerprint_id=fingerprint.id, backend=fingerprint.backend,
+                                                    roots={k: str(v) for k, v in roots.items()}), dest, durability))
+                    claimed = True
+                # Only the roots this run writes to are created, marked live and swept.
+                used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
+                    | {p.record.root for p in plan.check}
+                tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
+                from_node = _from_node_cache(local.node_cache, plan, store, threads, budget, durability, report,
+                                             roots.values())
+                placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
+                                        roots=roots.values(), durable=fsyncs(durability))
+                placed.update(from_node)
+                have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
+                applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
+                saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen, durability,
+                              trust)
+                if saved is not None:
+                    usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
+                    if max_bytes is not None:
+                        _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
+                             report)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or failed before anything landed: this run's temp files (its live
+            # tag is gone now) and its claim go too, so the dir is as this run found it and another toolchain
+            # may use it. A dir where something landed keeps its claim: the next run resumes it.
+            if claimed:
+                with contextlib.suppress(OSError):
+                    sweep_temp(dest, state_dir(dest) / "live")
+                if not _holds_files(dest):
+                    drop_state(dest)
+            raise
         _fill(report, applied, stats, len(have))
         report.files_fetched += len(from_node)
         report.bytes_fetched += report.node_fetched_bytes

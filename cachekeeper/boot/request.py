@@ -16,9 +16,16 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from ..errors import BackendUnavailable, ConfigError, LockfileMismatch, ToolchainMismatch, UsageError
+from ..errors import (
+    BackendUnavailable,
+    ConfigError,
+    LockfileMismatch,
+    NothingToHydrate,
+    ToolchainMismatch,
+    UsageError,
+)
 from ..format.manifest import KIND_ENTRY
-from .resolve import Pin, read_lockfile
+from .resolve import Pin, lockfile_store, read_lockfile
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -165,6 +172,8 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
             raise UsageError(f"config {config.source} and lockfile {lockfile} both name what to hydrate; "
                              "a lockfile pins exact manifests, so give one of them")
         locked_backend, locked_fp, pins = read_lockfile(Path(lockfile))
+        # The store `lock` read the pins from, unless --store / CACHEKEEPER_STORE names another.
+        store_url = store_url or lockfile_store(Path(lockfile))
         if backend and backend != locked_backend:
             raise UsageError(f"backend {backend} and lockfile {lockfile} (which pins backend {locked_backend}) "
                              "disagree; give one of them")
@@ -266,7 +275,13 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
                            node_cache=_node_cache(settings, fsyncs(durability), verify),
                            max_bytes=settings.max_bytes, captured=config is None or config.capture_publish)
 
-        return _run_phases(req, settings, served, exports, get, run)
+        try:
+            return _run_phases(req, settings, served, exports, get, run)
+        except NothingToHydrate as exc:
+            if req.lockfile is None:
+                raise
+            raise type(exc)(f"{exc.message} (the manifests lockfile {req.lockfile} pins)", exc.hint,
+                            **exc.fields) from None
 
 
 def _run_phases(req: HydrateRequest, settings: NodeSettings, served: Path, exports: dict[str, str],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,6 @@ from ..errors import (
     ObjectNotFound,
     ToolchainMismatch,
     UnsafePath,
-    UsageError,
 )
 from ..format.fingerprint import Fingerprint
 from ..format.layout import is_captured_name, manifest_key
@@ -176,23 +176,67 @@ def other_toolchains(store: Store, backend: str, local: Fingerprint, limit: int 
 # --- lockfiles ---------------------------------------------------------------------------------------
 
 
-def write_lockfile(path: Path, backend: str, fingerprint: Fingerprint, manifests: list[Manifest]) -> None:
-    doc = {"version": LOCK_VERSION, "backend": backend, "fingerprint_id": fingerprint.id,
-           "manifests": [{"name": m.name, "digest": m.digest} for m in manifests]}
+def write_lockfile(path: Path, backend: str, fingerprint: Fingerprint, manifests: list[Manifest],
+                   store_url: str | None = None) -> None:
+    """`store`: the store the pins were read from (optional in version 1: readers that predate it ignore it),
+    so `hydrate --lockfile` reads them from there unless told otherwise."""
+    doc: dict[str, object] = {"version": LOCK_VERSION, "backend": backend, "fingerprint_id": fingerprint.id,
+                              "manifests": [{"name": m.name, "digest": m.digest} for m in manifests]}
+    if store_url:
+        doc["store"] = store_url
     atomic_write_bytes(path, json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
 
 
+MAX_LOCKFILE_BYTES = 64 << 20   # a lockfile of 100k pins is ~15 MB; more is not a lockfile
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
 def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
-    """(backend, fingerprint id, pins)."""
+    """(backend, fingerprint id, pins). Every problem is one LockfileError naming the lockfile."""
+    backend, fp, pins, _ = _lockfile(path)
+    return backend, fp, pins
+
+
+def lockfile_store(path: Path) -> str | None:
+    """The store a lockfile's pins were read from (`lock` records it), or None (older lockfiles)."""
+    return _lockfile(path)[3]
+
+
+def _lockfile(path: Path) -> tuple[str, str, list[Pin], str | None]:
+    def bad(why: str) -> LockfileError:
+        return LockfileError(f"lockfile {path} is malformed or corrupt: {why}", path=str(path))
+
     try:
-        doc = json.loads(path.read_text())
-        if doc.get("version") != LOCK_VERSION:
-            raise LockfileError(f"{path}: unknown lockfile version {doc.get('version')!r}", path=str(path))
-        pins = [Pin(str(m["name"]), str(m["digest"])) for m in doc["manifests"]]
-        return str(doc["backend"]), str(doc["fingerprint_id"]), pins
+        with open(path, "rb") as f:
+            raw = f.read(MAX_LOCKFILE_BYTES + 1)
     except FileNotFoundError:
         raise LockfileError(f"lockfile {path} does not exist", path=str(path)) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise LockfileError(f"{path}: malformed lockfile ({exc})", path=str(path)) from None
+    except IsADirectoryError:
+        raise LockfileError(f"lockfile {path} is a directory", path=str(path)) from None
     except OSError as exc:
-        raise UsageError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None
+        raise LockfileError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None
+    if len(raw) > MAX_LOCKFILE_BYTES:
+        raise bad(f"larger than {MAX_LOCKFILE_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise bad(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+    if not isinstance(doc, dict):
+        raise bad(f"a JSON {type(doc).__name__}, not an object")
+    if doc.get("version") != LOCK_VERSION:
+        raise LockfileError(f"lockfile {path} has version {doc.get('version')!r}; this release reads version "
+                            f"{LOCK_VERSION}", path=str(path))
+    backend, fp, manifests, store = (doc.get(k) for k in ("backend", "fingerprint_id", "manifests", "store"))
+    if not isinstance(backend, str) or not backend or not isinstance(fp, str) or not fp:
+        raise bad("no backend or fingerprint_id")
+    if not isinstance(manifests, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"]
+            and isinstance(m.get("digest"), str) and _DIGEST.fullmatch(m["digest"]) for m in manifests):
+        raise bad("`manifests` must be a list of {name, digest (sha256 hex)}")
+    if not manifests:
+        raise LockfileError(f"lockfile {path} pins no manifests (nothing was built for toolchain {fp} when it "
+                            "was made)", "build the config's entries for this toolchain first, then make the "
+                            "lockfile again", path=str(path), fingerprint=fp)
+    if store is not None and not isinstance(store, str):
+        raise bad("`store` must be a URL")
+    return backend, fp, [Pin(m["name"], m["digest"]) for m in manifests], store or None

@@ -97,6 +97,9 @@ class BuildJobModel(Base):
     spec: Mapped[str] = mapped_column(Text)                             # the caller's JSON payload, verbatim
     status: Mapped[str] = mapped_column(String(16))
     worker: Mapped[str | None] = mapped_column(String(255))
+    # The process holding the lease (revision 0004): a holder on this host whose pid is gone is dead now.
+    holder_host: Mapped[str | None] = mapped_column(String(255))
+    holder_pid: Mapped[int | None] = mapped_column(Integer)
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)

@@ -10,8 +10,12 @@ host's on SQLite. Leases are short (30 s by default) and a heartbeat renews them
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import functools
+import os
+import socket
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, or_, select, update
@@ -73,8 +77,57 @@ def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
     return n
 
 
+@functools.cache
+def host_identity() -> str:
+    """This host as a claim records it: the hostname and the pid namespace, so a recorded pid is checked
+    only where it names the same process (two containers may share a hostname, never a pid namespace)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")    # 'pid:[4026531836]'
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()} {namespace}".strip()[:255]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid runs here (a zombie does not: it has exited, unreaped). A reused pid
+    reads as alive: the lease's expiry still frees the job then, as for a worker on another host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def reap_local(conn: Connection, host: str, alive: Callable[[int], bool] = pid_alive) -> int:
+    """Jobs held by a process on this host that is gone (SIGKILL, a crash, an OOM kill) go back to pending
+    now: waiting out their lease would make the next run on this host report its own dead claims as
+    "still being built". Fenced like `fail`: only the row as that holder left it."""
+    rows = conn.execute(select(J.fingerprint_id, J.entry_key, J.attempts, J.holder_pid)
+                        .where(J.status == "running", J.holder_host == host, J.holder_pid.is_not(None))).all()
+    n = 0
+    for r in rows:
+        if alive(int(r.holder_pid)):
+            continue
+        res = conn.execute(update(J).where(_pk(r.fingerprint_id, r.entry_key), J.status == "running",
+                                           J.attempts == r.attempts, J.holder_host == host,
+                                           J.holder_pid == r.holder_pid)
+                           .values(status="pending", lease_expires_at=None, updated_at=now(),
+                                   last_error=f"its worker (pid {r.holder_pid} on this host) is gone"))
+        n += res.rowcount
+    return n
+
+
 def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | None,
           exclude: Collection[str] = ()) -> Claim | None:
+    host = host_identity()
+    reap_local(conn, host)
     at = clock(conn)
     claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
     query = select(J.fingerprint_id, J.entry_key, J.attempts, J.spec).where(claimable)
@@ -91,7 +144,7 @@ def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | N
     attempts = row.attempts + 1
     conn.execute(update(J).where(_pk(row.fingerprint_id, row.entry_key))
                  .values(status="running", worker=worker, lease_expires_at=expires, attempts=attempts,
-                         updated_at=at))
+                         updated_at=at, holder_host=host, holder_pid=os.getpid()))
     return Claim(row.fingerprint_id, row.entry_key, row.spec, worker, attempts, expires)
 
 

@@ -4,15 +4,16 @@ so `cachekeeper hydrate` starts fast and never imports torch, SQLAlchemy or clou
 from __future__ import annotations
 
 import gc
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from ..errors import CachekeeperError
+from ..errors import CachekeeperError, Interrupted, Terminated
 from ..observability import logs
-from .hints import hint_for
+from .hints import hint_for, path_hint
 
 
 class _Group(click.Group):
@@ -31,9 +32,14 @@ class _Group(click.Group):
         except click.ClickException as exc:
             logs.error(exc.format_message(), exit_code=exc.exit_code)
             sys.exit(exc.exit_code)
-        except click.Abort:
-            logs.error("aborted", exit_code=1)
-            sys.exit(1)
+        except click.Abort as exc:
+            cause = exc.__cause__ or exc.__context__
+            if not isinstance(cause, KeyboardInterrupt):
+                logs.error("aborted", exit_code=1)
+                sys.exit(1)
+            stopped = _interrupted(cause)
+            logs.error(stopped.message, hint_for(stopped), exit_code=stopped.exit_code, error=type(stopped).__name__)
+            sys.exit(stopped.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> object:
@@ -41,8 +47,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except CachekeeperError as exc:
             # The one error handler: the message, the next step from the hint table, the class's exit code.
-            logs.error(exc.message, hint_for(exc), exit_code=exc.exit_code, error=type(exc).__name__,
-                       **exc.fields)
+            hint = path_hint(exc, _paths_given(ctx, exc)) or hint_for(exc)
+            logs.error(exc.message, hint or "", exit_code=exc.exit_code, error=type(exc).__name__, **exc.fields)
             ctx.exit(exc.exit_code)
 
 
@@ -53,6 +59,50 @@ class _Group(click.Group):
 def cli(log_format: str) -> None:
     """Prebuild, publish and hydrate compiler caches for PyTorch models."""
     logs.configure(log_format)
+    from ..bounds import check_environment
+
+    check_environment()   # every env var read outside a flag, at entry: a no-op run checks them too
+
+
+def _paths_given(ctx: click.Context, exc: BaseException) -> list[tuple[str, str]]:
+    """(flag, value) of every string option the failed subcommand was given (command line or env), so an
+    exit-9 hint can name the flag whose path failed. The subcommand's context is found on the traceback
+    (click pops it before the error reaches the group)."""
+    from click.core import ParameterSource
+
+    sub: click.Context | None = None
+    tb = exc.__traceback__
+    while tb is not None and sub is None:
+        sub = next((v for v in tb.tb_frame.f_locals.values()
+                    if isinstance(v, click.Context) and v.parent is ctx), None)
+        tb = tb.tb_next
+    given: list[tuple[str, str]] = []
+    for param in sub.command.params if sub is not None else ():
+        if not isinstance(param, click.Option) or param.name is None or sub is None:
+            continue
+        if sub.get_parameter_source(param.name) not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            continue
+        values = sub.params.get(param.name)
+        for value in values if isinstance(values, tuple) else (values,):
+            if isinstance(value, str) and value:
+                given.append(("/".join(param.opts), value))
+    return given
+
+
+class SignalTerm(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt, so the same `finally` blocks run:
+    builds killed, claims released, a hydrate's empty claim dropped, temp files removed."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a second SIGTERM while unwinding ends the process
+    raise SignalTerm()
+
+
+def _interrupted(cause: KeyboardInterrupt) -> Interrupted:
+    if isinstance(cause, SignalTerm):
+        return Terminated("terminated (SIGTERM) before the command finished")
+    return Interrupted("interrupted (SIGINT, Ctrl-C) before the command finished")
 
 
 def usage_message(exc: click.UsageError) -> str:
@@ -89,11 +139,14 @@ def _register() -> None:
 
 def main() -> None:
     _register()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         cli.main(prog_name="cachekeeper", standalone_mode=True)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:   # one that lands outside click's own handling (while exiting)
+        stopped = _interrupted(exc)
+        click.echo(f"error: {stopped.message}", err=True)
+        click.echo(f"hint: {hint_for(stopped)}", err=True)
+        sys.exit(stopped.exit_code)
     finally:
         # The process ends here: spare the collector's pass over every object at interpreter exit. With
         # SQLAlchemy loaded it costs ~0.2 s of CPU, and 8 prebuild workers ending together on 2 cores took

@@ -26,7 +26,9 @@ from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
     backend_pairs,
+    excludes,
     load_config,
+    needs,
     number,
     opened_store,
     required_config,
@@ -106,6 +108,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     from ..errors import UsageError
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
+    needs("env_format", "env_file")
+    excludes("models", "lockfile", "a lockfile pins exact manifests; --model selects entries of a config")
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")
@@ -118,7 +122,11 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         durability=durability,
         ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
         env_file=env_file, env_format=env_format)
-    req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
+    config = load_config(config_path)
+    from_config = config is not None and config.hydrate_node_cache is not None
+    needs("node_cache_link", "node_cache", met=from_config)
+    needs("node_max", "node_cache", met=from_config)
+    req = resolve_request(config=config, lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
     metrics_file = metrics_file or (req.config.hydrate_metrics_file if req.config else None)
     try:
@@ -260,7 +268,7 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
         if not found:
             raise NothingToHydrate(f"{store.url} has no entries of this config for toolchain {fp.id}",
                                    url=store.url, fingerprint=fp.id)
-        write_lockfile(Path(output), tc.name, fp, with_shared(store, fp, found))
+        write_lockfile(Path(output), tc.name, fp, with_shared(store, fp, found), store.url)
     say(f"lock: {len(found)} entries pinned ({len(presence.missing) + len(gone)} not built) -> {output}")
 
 

@@ -18,6 +18,7 @@ import click
 from .. import bounds
 from .options import (
     catalog_option,
+    excludes,
     json_option,
     number,
     opened_catalog,
@@ -71,6 +72,8 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
     from ..worker.prebuild import prebuild as run
     from ..worker.shard import parse_shard
 
+    for flag in ("wait", "verify_store", "worker", "lease", "heartbeat", "catalog_url"):
+        excludes(flag, "no_catalog", "it acts on the catalog's shared queue or index")
     settings = RunSettings(lease=LeaseSettings(lease, heartbeat), wait=wait, verify_store=verify_store,
                            worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
     if heartbeat >= lease:
@@ -163,9 +166,11 @@ def keygen(output: str) -> None:
     key = SigningKey.generate()
     try:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as exc:
-        raise DestinationError(f"cannot create {output}: {exc.strerror}", "choose a new file name",
-                               path=output) from None
+    except FileExistsError:
+        raise DestinationError(f"{output} exists; keygen never overwrites a key",
+                               "choose a new file name for -o/--output", path=output) from None
+    except OSError as exc:   # the hint names -o/--output (cli/hints.py path_hint)
+        raise DestinationError(f"cannot create {output}: {exc.strerror}", path=output) from None
     with os.fdopen(fd, "wb") as f:
         f.write(key.pem())
     click.echo(str(key.public))

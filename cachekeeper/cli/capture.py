@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import bounds
-from .options import catalog_option, json_option, load_config, number, open_catalog, say, store_option, toolchain
+from .options import (
+    catalog_option,
+    json_option,
+    load_config,
+    needs,
+    number,
+    open_catalog,
+    say,
+    store_option,
+    toolchain,
+)
 
 if TYPE_CHECKING:
     from ..boot.capture import CaptureReport
@@ -50,6 +60,8 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
 
     if watch is not None and not publish:
         raise UsageError("--watch needs --publish")
+    for flag in ("sign_key", "store_url", "catalog_url"):
+        needs(flag, "publish")
     if nice:
         os.nice(nice)
     config = load_config(config_path)

@@ -37,6 +37,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.SigningKeyError: Hint("create a signing key with `cachekeeper keygen`",
                             "create a signing key at {path} with `cachekeeper keygen`"),
     e.PublicKeyError: Hint("use the `ed25519:...` line `cachekeeper keygen` printed"),
+    e.PrivateKeyGiven: Hint("pass the public half (the `ed25519:...` line `cachekeeper keygen` printed); the private "
+                            "key stays on the host that signs (--sign-key)"),
     e.UnknownId: Hint("`cachekeeper stats` lists the fingerprints the catalog knows"),
     # storage
     e.StoreError: Hint("check the store URL (--store or CACHEKEEPER_STORE) and that it is reachable"),
@@ -54,6 +56,17 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                               "--trusted-key",
                               "trust key {key} (--trusted-key / CACHEKEEPER_TRUSTED_KEYS: its public key, from "
                               "the publisher), or re-sign with a trusted key (`cachekeeper prebuild --sign-key`)"),
+    # Roles (docs/security.md): never advise listing a serving host's key as a builder (trusted) key.
+    e.WrongKeyRole: Hint("a key signs in one role only: re-sign prebuilt manifests with a builder key "
+                         "(`cachekeeper prebuild --sign-key`), and never list a serving host's key with --trusted-key",
+                         "key {key} is listed in the other role; re-sign prebuilt manifests with a builder key "
+                         "(`cachekeeper prebuild --sign-key`), and never list a serving host's key with "
+                         "--trusted-key"),
+    e.UntrustedCapture: Hint("captured sets need a serving host's capture key: list its public key with "
+                             "--capture-key / CACHEKEEPER_CAPTURE_KEYS (never --trusted-key), or set "
+                             "`capture: report` to take no captured sets",
+                             "if {key} is a serving host's capture key, list it with --capture-key / "
+                             "CACHEKEEPER_CAPTURE_KEYS (never --trusted-key); otherwise leave the set untaken"),
     e.ManifestError: Hint("the manifest is unreadable or of an unknown schema; rebuild the entry"),
     # catalog
     e.CatalogError: Hint("check the catalog URL (--catalog or CACHEKEEPER_CATALOG)"),
@@ -88,6 +101,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                               "compile the rest"),
     # capture, prebuild fleet
     e.CaptureError: Hint("run `cachekeeper hydrate --dest DIR` first, and capture the same DIR"),
+    e.Interrupted: Hint("rerun the same command to finish: hydrate resumes what it placed, and prebuild's "
+                        "unfinished entries went back to the queue for the next run"),
     e.BuildsInProgress: Hint("other workers hold these entries under live leases; rerun with --wait to wait for them"),
 }
 
@@ -99,6 +114,28 @@ def row_for(cls: type[BaseException]) -> Hint | None:
         if row is not None:
             return row
     return None
+
+
+def path_hint(exc: e.CachekeeperError, given: list[tuple[str, str]]) -> str | None:
+    """For a DestinationError (exit 9) without a raise-site hint: name the flag whose path it is about,
+    out of `given` (flag, path) pairs of the command line, e.g. `-o/--output`, `--env-file`, `--store`;
+    None when no given path holds or contains the error's path (then the class row speaks)."""
+    if not isinstance(exc, e.DestinationError) or exc.hint or not exc.path:
+        return None
+    from pathlib import Path
+
+    bad = Path(exc.path).absolute()
+    best: tuple[int, str, str] | None = None
+    for flag, value in given:
+        path = Path(value.removeprefix("file://")).absolute()
+        if bad == path or path in bad.parents or bad in path.parents:
+            depth = len(path.parts)
+            if best is None or depth > best[0]:
+                best = (depth, flag, value)
+    if best is None:
+        return None
+    _, flag, value = best
+    return f"choose a writable path for {flag} (this host cannot write {value})"
 
 
 def hint_for(exc: e.CachekeeperError) -> str:

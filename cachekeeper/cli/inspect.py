@@ -103,8 +103,10 @@ since_option = click.option("--since", default="7d", show_default=True, help="wi
 def stats(catalog_url: str | None, traffic: bool, store_url: str | None, since: str, as_json: bool) -> None:
     """Entries and sizes per toolchain (from the catalog); --traffic adds, per toolchain, the shapes served
     but not prebuilt (from the store's miss reports)."""
+    from .options import needs
     from .traffic import since_seconds
 
+    needs("since", "traffic")
     window = since_seconds(since) if traffic else 0.0
     with opened_catalog(catalog_url, None, readonly=True) as catalog:
         rows = catalog.fingerprints()
@@ -147,6 +149,12 @@ def coverage(config_path: str, backend: str | None, device: str | None, pairs: t
              fingerprint_id: str | None, store_url: str | None, catalog_url: str | None, no_catalog: bool,
              as_json: bool) -> None:
     """Which entries of CONFIG are built for a toolchain; exits 1 if a deployment would compile."""
+    from .options import excludes, needs
+
+    needs("store_url", "no_catalog")   # the catalog answers unless --no-catalog
+    excludes("catalog_url", "no_catalog", "the store answers instead")
+    for flag in ("device", "pairs"):
+        excludes(flag, "fingerprint_id", "--fingerprint names the toolchain; these only compute this host's")
     config = required_config(config_path)
     names = [backend] if backend else config.backend_names()
     fp_ids = {n: fingerprint_id or toolchain(config, n, pairs, device).fingerprint.id for n in names}
@@ -210,8 +218,10 @@ def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, tra
     import uvicorn
 
     from ..dashboard.app import create_app
+    from .options import needs
     from .traffic import since_seconds
 
+    needs("since", "traffic")
     window = since_seconds(since) if traffic else 0.0
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
     if host not in ("127.0.0.1", "localhost", "::1"):

@@ -8,18 +8,13 @@ variable the bad value came from.
 
 from __future__ import annotations
 
-import math
-import re
-
 import click
 
-from ..bounds import BYTE_BUDGET, COUNT
+from ..bounds import BYTE_BUDGET, COUNT, checked_bytes
 from ..errors import UsageError
 
 MAX_BYTES = int(BYTE_BUDGET.high)
 MAX_COUNT = int(COUNT.high)
-_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_BYTES_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 
 
 def source_of(param: str, flag: str, env: str | None) -> str:
@@ -31,12 +26,8 @@ def source_of(param: str, flag: str, env: str | None) -> str:
 
 
 def parse_bytes(text: str, source: str) -> int:
-    """`20000000000`, `20G`, `512MiB`: a positive number of bytes, at most 2**60."""
-    m = _BYTES_RE.fullmatch(text)
-    value = float(m.group(1)) * _SUFFIX[m.group(2).lower()] if m else math.nan
-    if not math.isfinite(value) or value < 1 or value > MAX_BYTES:
-        raise UsageError(f"{source} must be a byte count from 1 to 2**60 (e.g. 20G), got {text!r}")
-    return int(value)
+    """`20000000000`, `20G`, `512MiB`: bounds.parse_bytes, the one parser flags, env and config share."""
+    return checked_bytes(text, source)
 
 
 def parse_count(text: str, source: str) -> int:

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["Number", "backend_pairs", "catalog_option", "json_option", "load_config", "number", "open_catalog",
-           "open_store", "opened_catalog", "opened_store", "param_source", "required_config", "say", "store_option",
-           "toolchain"]
+__all__ = ["Number", "backend_pairs", "catalog_option", "excludes", "json_option", "load_config", "needs", "number",
+           "open_catalog", "open_store", "opened_catalog", "opened_store", "param_source", "required_config", "say",
+           "store_option", "toolchain"]
 
 store_option = click.option("--store", "store_url", envvar="CACHEKEEPER_STORE", metavar="URL",
                             help="file:///dir, s3://bucket/prefix or gs://bucket/prefix [env CACHEKEEPER_STORE]")
@@ -66,6 +66,46 @@ def param_source(ctx: click.Context, param: click.Parameter) -> str:
             return f"env {envvar}"
     opts = getattr(param, "opts", None) or [param.name or "?"]
     return max(opts, key=len) if isinstance(param, click.Option) else (param.name or "?").upper()
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    return param_source(ctx, param) if param is not None else name
+
+
+def _typed(ctx: click.Context, name: str) -> bool:
+    """Whether the user typed this flag on the command line (env vars are fleet-wide defaults, not typos)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+
+def _has_value(ctx: click.Context, name: str) -> bool:
+    value = ctx.params.get(name)
+    return value not in (None, False, (), "")
+
+
+def needs(modifier: str, *targets: str, met: bool = False) -> None:
+    """A modifier flag typed without any flag it modifies (`--env-format` without `--env-file`) is one
+    usage error (exit 2), not silently ignored. `met`: the target came from elsewhere (the config)."""
+    from ..errors import UsageError
+
+    ctx = click.get_current_context()
+    if not _typed(ctx, modifier) or met or any(_has_value(ctx, t) for t in targets):
+        return
+    flags = " or ".join(_flag(ctx, t) for t in targets)
+    raise UsageError(f"{_flag(ctx, modifier)} only works with {flags}, which is not given",
+                     f"add {_flag(ctx, targets[0])} or drop {_flag(ctx, modifier)}")
+
+
+def excludes(modifier: str, other: str, why: str) -> None:
+    """A modifier flag typed beside a flag that makes it meaningless (`--wait` with `--no-catalog`)."""
+    from ..errors import UsageError
+
+    ctx = click.get_current_context()
+    if _typed(ctx, modifier) and _has_value(ctx, other):
+        raise UsageError(f"{_flag(ctx, modifier)} has no effect with {_flag(ctx, other)}: {why}",
+                         f"drop {_flag(ctx, modifier)} or {_flag(ctx, other)}")
 
 
 def say(msg: str) -> None:

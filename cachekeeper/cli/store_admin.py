@@ -11,7 +11,17 @@ import click
 
 from .. import bounds
 from . import cli
-from .options import catalog_option, forget_in_catalog, json_option, number, opened_store, say, store_option
+from .options import (
+    catalog_option,
+    excludes,
+    forget_in_catalog,
+    json_option,
+    needs,
+    number,
+    opened_store,
+    say,
+    store_option,
+)
 
 if TYPE_CHECKING:
     from ..admin.gc import GcPlan
@@ -107,6 +117,11 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
 
     With --dest: reclaim old toolchains of a hydrated dir (and fit it to --max-bytes); with --node-cache:
     evict by last use to fit --max-bytes. Both are local (no store)."""
+    needs("keep_lockfiles", "dests")
+    needs("max_bytes", "dests", "node_cache")
+    for flag in ("drop", "store_url", "catalog_url"):
+        excludes(flag, "dests", "gc --dest works on the local dir, not the store")
+        excludes(flag, "node_cache", "gc --node-cache works on the local cache, not the store")
     if dests or node_cache:
         from .local_gc import local_gc
 

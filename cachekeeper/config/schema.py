@@ -17,7 +17,7 @@ from typing import Any
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import can_offload, modes_for, registry
-from ..bounds import BUILD_TIMEOUT, BYTE_BUDGET, COUNT, DEADLINE, SIZE, WORKERS
+from ..bounds import BUILD_TIMEOUT, COUNT, DEADLINE, SIZE, WORKERS, bytes_problem, parse_bytes
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.schemes import parse_store_url
@@ -41,7 +41,6 @@ _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
                  "ready_after", "hot_reports", "metrics_file")
 _DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
-MAX_BYTES = int(BYTE_BUDGET.high)    # bounds.py: a byte budget above this is a typo, not a disk
 MAX_COUNT = int(COUNT.high)
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
@@ -168,7 +167,7 @@ class _Schema(NodeReader):
                                                    self.base)
         for key in ("node_cache_max_bytes", "max_bytes"):
             if key in hydrate:
-                out[f"hydrate_{key}"] = self.bounded(hydrate[key][1], f"hydrate.{key}", 1, MAX_BYTES)
+                out[f"hydrate_{key}"] = self.byte_size(hydrate[key][1], f"hydrate.{key}")
         if "ready_after" in hydrate:
             out["hydrate_ready_after"] = self.bounded(hydrate["ready_after"][1], "hydrate.ready_after", 1, MAX_COUNT)
         if "hot_reports" in hydrate:
@@ -179,6 +178,15 @@ class _Schema(NodeReader):
             out["hydrate_metrics_file"] = local_path(self.string(hydrate["metrics_file"][1], "hydrate.metrics_file"),
                                                      self.base)
         return out
+
+    def byte_size(self, node: Node, what: str) -> int:
+        """A byte budget: an integer or a size like `50G`, parsed as the flags and env vars parse it."""
+        value = self.scalar(node)
+        raw = node.value if isinstance(value, float) else value   # 1.5 as written, not as a float prints
+        try:
+            return parse_bytes(value if not isinstance(value, float) else node.value)
+        except ValueError as exc:
+            raise self.error(node, bytes_problem(what, raw, exc)) from None
 
     def bounded(self, node: Node, what: str, minimum: int, maximum: int) -> int:
         value = self.integer(node, what, minimum)

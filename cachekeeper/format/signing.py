@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import IntegrityError, ObjectNotFound, PublicKeyError, SigningKeyError, UntrustedManifest, UsageError
+from ..errors import (
+    IntegrityError,
+    ObjectNotFound,
+    PrivateKeyGiven,
+    PublicKeyError,
+    SigningKeyError,
+    UntrustedCapture,
+    UntrustedManifest,
+    UsageError,
+    WrongKeyRole,
+)
 from .layout import signature_key
 
 __all__ = ["BUILDER", "CAPTURE", "Objects", "PublicKey", "SigningKey", "keyring", "publish_signature",
@@ -73,8 +83,20 @@ class PublicKey:
         except ValueError:
             raw = b""
         if not text.strip().startswith(PREFIX) or len(raw) != 32:
-            raise PublicKeyError(f"not an ed25519 public key: {text.strip()[:40]!r}")
+            raise _not_a_public_key(text, role)
         return cls(raw, role)
+
+
+def _not_a_public_key(text: str, role: str) -> PublicKeyError:
+    """Never echoes the text: what was pasted may be a private key (a PEM file, a token). It is named by
+    its length and a short digest, enough to tell two values apart in a log."""
+    what = "a capture key" if role == CAPTURE else "a builder (trusted) key"
+    tag = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:8]
+    if "PRIVATE KEY" in text:
+        return PrivateKeyGiven(f"{what} given is a private key, not an ed25519 public key ({len(text)} characters, "
+                               f"sha256 {tag}; not shown)")
+    return PublicKeyError(f"{what} given is not an ed25519 public key ({len(text)} characters, sha256 {tag}; "
+                          "not shown, it may be a secret)")
 
 
 def keyring(builder: Iterable[str], capture: Iterable[str] = ()) -> tuple[PublicKey, ...]:
@@ -110,10 +132,18 @@ class SigningKey:
         _crypto()
         from cryptography.hazmat.primitives import serialization
 
+        if "PRIVATE KEY" in str(path) or "\n" in str(path):   # the key itself, pasted where its path belongs
+            tag = hashlib.sha256(str(path).encode("utf-8", "replace")).hexdigest()[:8]
+            raise SigningKeyError(f"the signing key option holds key text ({len(str(path))} characters, sha256 "
+                                  f"{tag}; not shown), not the path of a key file",
+                                  "give the path of the key's PEM file, not its contents")
         try:
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-        except (OSError, ValueError, TypeError) as exc:
-            raise SigningKeyError(f"cannot load signing key {path}: {exc}", path=str(path)) from None
+        except OSError as exc:
+            raise SigningKeyError(f"cannot load signing key {path}: {exc.strerror}", path=str(path)) from None
+        except (ValueError, TypeError):   # the library's message may quote the file's bytes: never shown
+            raise SigningKeyError(f"cannot load signing key {path}: not an unencrypted PEM private key",
+                                  path=str(path)) from None
         if not isinstance(key, _crypto().Ed25519PrivateKey):
             raise SigningKeyError(f"{path} is not an ed25519 private key", path=str(path))
         return cls(key)
@@ -139,20 +169,21 @@ def require_signature(store: Objects, manifest_bytes: bytes, trusted: Iterable[P
                       role: str = BUILDER) -> None:
     """Raise IntegrityError unless a trusted key of `role` signed exactly these bytes."""
     digest = hashlib.sha256(manifest_bytes).hexdigest()
+    untrusted = UntrustedCapture if role == CAPTURE else UntrustedManifest
     try:
         doc = json.loads(store.get_bytes(signature_key(digest)))
         key_id, sig = str(doc["key_id"]), base64.b64decode(doc["signature"])
     except ObjectNotFound:
-        raise UntrustedManifest(f"{source} is not signed, and trusted keys are required") from None
+        raise untrusted(f"{source} is not signed, and trusted keys are required") from None
     except (ValueError, KeyError, TypeError):
         raise IntegrityError(f"{source} has an unreadable signature") from None
     key = next((k for k in trusted if k.id == key_id), None)
     if key is None:
-        raise UntrustedManifest(f"{source} is signed by key {key_id}, which is not trusted", key=key_id)
+        raise untrusted(f"{source} is signed by key {key_id}, which is not trusted", key=key_id)
     if key.role != role:
         what = "prebuilt manifests" if key.role == BUILDER else "captured sets"
-        raise UntrustedManifest(f"{source} is signed by {key.role} key {key_id}, which may sign only {what}",
-                                key=key_id)
+        raise WrongKeyRole(f"{source} is signed by {key.role} key {key_id}, which may sign only {what}",
+                           key=key_id)
     try:
         _crypto().Ed25519PublicKey.from_public_bytes(key.raw).verify(sig, manifest_bytes)
     except Exception:  # cryptography raises InvalidSignature

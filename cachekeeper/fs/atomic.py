@@ -89,7 +89,7 @@ class AtomicFile:
         try:
             self.f: BinaryIO = open(self.tmp, "xb", buffering=0)  # noqa: SIM115 - closed by commit/abort
         except OSError as exc:
-            raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+            raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}", path=str(path)) from None
         self._sequential = _Stream(self, 0)
 
     def pwrite(self, data: bytes | memoryview, offset: int) -> None:
@@ -100,7 +100,7 @@ class AtomicFile:
                 n = os.pwrite(self.f.fileno(), view, offset)
                 view, offset = view[n:], offset + n
         except OSError as exc:
-            raise DestinationError(f"cannot write {self.path}: {exc.strerror}") from None
+            raise DestinationError(f"cannot write {self.path}: {exc.strerror}", path=str(self.path)) from None
 
     def stream(self, offset: int) -> _Stream:
         """A sequential writer from `offset` on: one per ranged part of a large blob (parallel, each its own
@@ -127,7 +127,7 @@ class AtomicFile:
             return os.lstat(self.path)
         except OSError as exc:
             self.abort()
-            raise DestinationError(f"cannot place {self.path}: {exc.strerror}") from None
+            raise DestinationError(f"cannot place {self.path}: {exc.strerror}", path=str(self.path)) from None
 
     def abort(self) -> None:
         with contextlib.suppress(OSError):
@@ -148,7 +148,7 @@ def atomic_writer(path: Path, *, exclusive: bool = False, durable: bool = True,
     try:
         f = open(tmp, "xb")  # noqa: SIM115 - closed below, before the rename
     except OSError as exc:
-        raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}") from None
+        raise DestinationError(f"cannot write to {path.parent}: {exc.strerror}", path=str(path)) from None
     try:
         with f:
             yield f

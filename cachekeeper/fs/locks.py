@@ -27,7 +27,7 @@ class LiveTag:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise DestinationError(f"cannot create {self.path}: {exc.strerror}") from None
+            raise DestinationError(f"cannot create {self.path}: {exc.strerror}", path=str(self.path)) from None
         fcntl.flock(fd, fcntl.LOCK_EX)  # a fresh random name: nobody else holds it
         self._fd = fd
         return self
@@ -107,7 +107,7 @@ class FileLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise DestinationError(f"cannot create lock {self.path}: {exc.strerror}") from None
+            raise DestinationError(f"cannot create lock {self.path}: {exc.strerror}", path=str(self.path)) from None
         deadline = time.monotonic() + self.timeout
         while True:
             try:

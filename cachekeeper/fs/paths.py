@@ -86,7 +86,7 @@ def ensure_dir(path: str | os.PathLike[str]) -> None:
     try:
         _mkdirs(os.fspath(path))
     except OSError as exc:
-        raise DestinationError(f"cannot create directory {path}: {exc.strerror}") from None
+        raise DestinationError(f"cannot create directory {path}: {exc.strerror}", path=str(path)) from None
 
 
 def _mkdirs(path: str) -> None:

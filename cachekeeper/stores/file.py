@@ -5,6 +5,7 @@ Registered as the scheme `file` (pyproject's `cachekeeper.stores` entry points);
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -12,7 +13,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import IntegrityError, ObjectNotFound, StoreError, StoreNotFound, UsageError
+from ..errors import (
+    DestinationError,
+    IntegrityError,
+    ObjectNotFound,
+    StoreError,
+    StoreNotFound,
+    StoreWriteDenied,
+    UsageError,
+)
 from ..format.layout import TEMP_SUFFIX
 from ..fs.atomic import atomic_writer
 from ..fs.paths import CHUNK
@@ -58,6 +67,9 @@ class _FileBody(Body):
         self.f.close()
 
 
+_REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 class FileStore(Store):
     @classmethod
     def parse_url(cls, url: str, base: str | Path | None = None) -> StoreURL:
@@ -78,6 +90,11 @@ class FileStore(Store):
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
+                if exc.errno in _REFUSED:
+                    raise StoreWriteDenied(f"{self.url}: write refused: cannot create the store directory "
+                                           f"({exc.strerror}); this host's user lacks write permission on "
+                                           f"{_writable_parent(self.root)}", url=self.url,
+                                           path=str(self.root)) from None
                 raise StoreError(f"cannot create store directory {self.root}: {exc.strerror}", url=self.url,
                                  path=str(self.root)) from None
         elif not self.root.is_dir():
@@ -86,10 +103,27 @@ class FileStore(Store):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
+    @contextlib.contextmanager
+    def _writing(self, key: str) -> Iterator[None]:
+        """A write the store refuses is a store error (exit 3) naming the permission, never a
+        "destination" error: the store is not hydrate's dest."""
+        try:
+            yield
+        except (DestinationError, OSError) as exc:
+            if isinstance(exc, FileExistsError):
+                raise
+            target = self._path(key).parent
+            where = _writable_parent(target)
+            if not os.access(where, os.W_OK):
+                raise StoreWriteDenied(f"{self.url}/{key}: write refused: this host's user lacks write permission "
+                                       f"on {where}", key=key, url=self.url, path=str(where)) from None
+            why = exc.message if isinstance(exc, DestinationError) else exc.strerror
+            raise StoreError(f"{self.url}/{key}: write failed: {why}", key=key, url=self.url) from None
+
     def put_bytes(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         try:
-            with atomic_writer(path, exclusive=True) as f:
+            with self._writing(key), atomic_writer(path, exclusive=True) as f:
                 f.write(data)
         except FileExistsError:
             return False
@@ -100,7 +134,7 @@ class FileStore(Store):
         if dest.exists():
             return False
         try:
-            with atomic_writer(dest, exclusive=True) as out, open(path, "rb") as src:
+            with self._writing(key), atomic_writer(dest, exclusive=True) as out, open(path, "rb") as src:
                 shutil.copyfileobj(src, out, CHUNK)
         except FileExistsError:
             return False
@@ -157,7 +191,7 @@ class FileStore(Store):
             yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def delete(self, key: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        with self._writing(key), contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
 
     def sizes(self, keys: Iterable[str], *, threads: int = 16) -> dict[str, int | None]:
@@ -180,9 +214,16 @@ class FileStore(Store):
         if not item.key.endswith(TEMP_SUFFIX):
             raise StoreError(f"{self.url}/{item.key} is not a temp file; refusing to delete it as debris",
                              key=item.key, url=self.url)
-        with contextlib.suppress(FileNotFoundError):
+        with self._writing(item.key), contextlib.suppress(FileNotFoundError):
             self._path(item.key).unlink()
 
     def check(self) -> None:
         if not self.root.is_dir():
             raise StoreNotFound(f"store directory {self.root} does not exist", url=self.url, path=str(self.root))
+
+
+def _writable_parent(path: Path) -> Path:
+    """The deepest existing directory at or above `path`: the one whose permission decides a write."""
+    while not path.is_dir() and path != path.parent:
+        path = path.parent
+    return path

@@ -25,7 +25,7 @@ from google.auth.transport.requests import AuthorizedSession
 from google.cloud import storage
 from google.cloud.storage import exceptions as storage_exceptions
 
-from ..errors import StoreAuthError, StoreError, StoreUnreachable
+from ..errors import StoreAuthError, StoreError, StoreUnreachable, StoreWriteDenied
 from ._util import ClientSlot
 from .base import ObjectInfo, Store, check_key
 from .ranged import RangedReads, Response, Send, nothing_listens
@@ -35,7 +35,6 @@ from .url import StoreURL
 # a resumable upload streams `CHUNK_SIZE` bytes at a time (a multiple of 256 KiB, as GCS requires).
 SIMPLE_UPLOAD_MAX = 8 << 20
 CHUNK_SIZE = 16 << 20
-TIMEOUT = (3.0, 60.0)  # (connect, read) seconds: a dead endpoint fails in seconds, a slow read does not
 
 _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     requests.exceptions.ConnectionError, requests.exceptions.Timeout, requests.exceptions.ChunkedEncodingError,
@@ -55,9 +54,23 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) and not nothing_listens(exc)
 
 
-# The library's default retries for two minutes; a cache that cannot answer in ~20 s should degrade
-# to compiling instead.
-RETRY = Retry(predicate=_retryable, initial=0.25, maximum=4.0, multiplier=2.0, timeout=20.0)
+def _timeout() -> tuple[float, float]:
+    """(connect, read) seconds: a dead endpoint fails in seconds; a read that gets no byte for the stall
+    timeout (CACHEKEEPER_STALL_TIMEOUT) is abandoned."""
+    from .reader import sdk_timeouts
+
+    connect, read, _ = sdk_timeouts()
+    return connect, read
+
+
+def _retry() -> Retry:
+    """The library's default retries for two minutes. Here retries start only within (attempts - 1) stall
+    timeouts of the first call, so a stalled store ends a call within `attempts` stall timeouts (plus
+    connect timeouts), as S3's client and `read_into` do (reader.sdk_timeouts)."""
+    from .reader import sdk_timeouts
+
+    _, read, attempts = sdk_timeouts()
+    return Retry(predicate=_retryable, initial=0.25, maximum=4.0, multiplier=2.0, timeout=(attempts - 1) * read)
 
 
 class _CountingWriter:
@@ -150,6 +163,13 @@ class GCSStore(RangedReads, Store):
             raise StoreError(f"{where}: GCS error {exc.code} {exc.message}".splitlines()[0], **subject) from None
         raise StoreError(f"{where}: {type(exc).__name__}: {exc}".splitlines()[0], **subject) from None
 
+    def _write_denied(self, key: str) -> StoreWriteDenied:
+        """A write the policy refuses names the permission it lacks (deploy/policies/gcs grants it)."""
+        top = key.split("/", 1)[0]
+        return StoreWriteDenied(f"{self._where(key)}: write refused: this identity lacks storage.objects.create "
+                                f"on {top}/", "builders write blobs/, manifests/ and signatures/, servers only "
+                                "reports/ (docs/security.md)", key=key, url=self.url)
+
     def _bucket_exists(self) -> bool:
         """GCS answers a bare 404 for a missing object and a missing bucket alike; ask once and remember.
 
@@ -161,7 +181,7 @@ class GCSStore(RangedReads, Store):
         with self._errors():
             try:
                 blobs = self._client().list_blobs(self.bucket_name, max_results=1, fields="items(name)",
-                                                  timeout=TIMEOUT, retry=RETRY)
+                                                  timeout=_timeout(), retry=_retry())
                 next(iter(blobs), None)
             except api_exceptions.NotFound:
                 return False
@@ -179,11 +199,13 @@ class GCSStore(RangedReads, Store):
                 # A retried request whose first attempt landed also reads as 412 (False); objects are
                 # content-addressed, so that is harmless.
                 blob.upload_from_string(data, content_type="application/octet-stream", if_generation_match=0,
-                                        timeout=TIMEOUT, retry=RETRY)
+                                        timeout=_timeout(), retry=_retry())
             except api_exceptions.PreconditionFailed:
                 return False
             except api_exceptions.NotFound:
                 raise self._not_found() from None
+            except api_exceptions.Forbidden:
+                raise self._write_denied(key) from None
         return True
 
     def put_file(self, key: str, path: Path) -> bool:
@@ -199,18 +221,20 @@ class GCSStore(RangedReads, Store):
         with self._errors(key):
             try:
                 blob.upload_from_filename(str(path), content_type="application/octet-stream",
-                                          if_generation_match=0, timeout=TIMEOUT, retry=RETRY)
+                                          if_generation_match=0, timeout=_timeout(), retry=_retry())
             except api_exceptions.PreconditionFailed:
                 return False
             except api_exceptions.NotFound:
                 raise self._not_found() from None
+            except api_exceptions.Forbidden:
+                raise self._write_denied(key) from None
         return True
 
     def get_bytes(self, key: str) -> bytes:
         blob = self._blob(key)
         with self._errors(key):
             try:
-                return cast(bytes, blob.download_as_bytes(timeout=TIMEOUT, retry=RETRY))
+                return cast(bytes, blob.download_as_bytes(timeout=_timeout(), retry=_retry()))
             except api_exceptions.NotFound:
                 self._missing(key)
 
@@ -224,7 +248,7 @@ class GCSStore(RangedReads, Store):
             try:
                 # `end` is inclusive.
                 return cast(bytes, blob.download_as_bytes(start=start, end=start + length - 1,
-                                                          timeout=TIMEOUT, retry=RETRY))
+                                                          timeout=_timeout(), retry=_retry()))
             except api_exceptions.RequestRangeNotSatisfiable:
                 return b""  # starts at or past the end (also any range of an empty object)
             except api_exceptions.NotFound:
@@ -235,7 +259,7 @@ class GCSStore(RangedReads, Store):
         writer = _CountingWriter(out)
         with self._errors(key):
             try:
-                blob.download_to_file(writer, timeout=TIMEOUT, retry=RETRY)
+                blob.download_to_file(writer, timeout=_timeout(), retry=_retry())
             except api_exceptions.NotFound:
                 self._missing(key)
         return writer.count
@@ -260,7 +284,7 @@ class GCSStore(RangedReads, Store):
         blob = self._blob(key)
         with self._errors(key):
             try:
-                blob.reload(projection="noAcl", timeout=TIMEOUT, retry=RETRY)
+                blob.reload(projection="noAcl", timeout=_timeout(), retry=_retry())
             except api_exceptions.NotFound:
                 if not self._bucket_exists():
                     raise self._not_found() from None
@@ -274,7 +298,7 @@ class GCSStore(RangedReads, Store):
             try:
                 blobs = self._client().list_blobs(self.bucket_name, prefix=base + prefix,
                                                   fields=f"items({fields}),nextPageToken",
-                                                  timeout=TIMEOUT, retry=RETRY)
+                                                  timeout=_timeout(), retry=_retry())
                 for blob in blobs:
                     yield str(blob.name)[len(base):], blob
             except api_exceptions.NotFound:
@@ -291,10 +315,14 @@ class GCSStore(RangedReads, Store):
         blob = self._blob(key)
         with self._errors(key):
             try:
-                blob.delete(timeout=TIMEOUT, retry=RETRY)
+                blob.delete(timeout=_timeout(), retry=_retry())
             except api_exceptions.NotFound:
                 if not self._bucket_exists():
                     raise self._not_found() from None
+            except api_exceptions.Forbidden:
+                raise StoreWriteDenied(f"{self._where(key)}: write refused: this identity lacks "
+                                       "storage.objects.delete", "only the operator role deletes "
+                                       "(docs/security.md)", key=key, url=self.url) from None
 
     # Uploads create no object until they finish: a killed publisher leaves only a resumable-upload
     # session, which cannot be listed and which GCS expires by itself one week after it was started.

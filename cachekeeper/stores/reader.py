@@ -12,6 +12,7 @@ a `Body` (stores/base.py: the contract imports nothing of this module).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,14 +38,58 @@ class Counter:
             self.retries += 1
 
 
-class Deadline:
-    """A wall-clock budget (monotonic), or none at all (`seconds=None`)."""
+# Without a deadline, a store that sends no byte to any waiting read for this many stall timeouts is
+# declared stalled for the rest of the run (README and docs/durability.md state the bound).
+IDLE_STALLS = 3
 
-    def __init__(self, seconds: float | None = None) -> None:
+
+class Deadline:
+    """A wall-clock budget (monotonic), or none at all (`seconds=None`), plus a stall watchdog.
+
+    The watchdog bounds a run without a deadline: while any read waits on the store, a byte must arrive
+    within `idle` seconds (IDLE_STALLS stall timeouts); once none has, the store is declared stalled and
+    every read of this run fails at once (a sticky verdict, so N objects never cost N windows). A run with
+    a deadline has chosen its own bound: the watchdog is off (`idle` None) unless asked for."""
+
+    def __init__(self, seconds: float | None = None, idle: float | None = None) -> None:
         self.seconds = seconds
         self.at = None if seconds is None else time.monotonic() + seconds
         self.cancelled = threading.Event()   # set when the caller has given up on the workers
         self.retries = Counter()             # attempts retried under this budget, for the summary
+        self.idle = idle if idle is not None or seconds is not None else IDLE_STALLS * default_policy().stall
+        self._watch = threading.Lock()
+        self._waiting = 0                    # reads in flight (a read's retries included)
+        self._last = time.monotonic()        # the last byte, or when a read began with none in flight
+        self.stalled = ""                    # why the store was declared stalled; "" while it is not
+
+    # --- the stall watchdog ------------------------------------------------------------------------
+
+    def begin_read(self) -> None:
+        with self._watch:
+            if self._waiting == 0:
+                self._last = time.monotonic()   # nothing was waiting: no silence to count before now
+            self._waiting += 1
+
+    def end_read(self) -> None:
+        with self._watch:
+            self._waiting -= 1
+
+    def progress(self) -> None:
+        """A byte (or a response) came from the store."""
+        self._last = time.monotonic()
+
+    def idle_left(self) -> float:
+        return math.inf if self.idle is None else self.idle - (time.monotonic() - self._last)
+
+    def check_idle(self, where: str) -> None:
+        """Raise once the store has sent nothing for `idle` seconds to reads that wait on it."""
+        if not self.stalled and self.idle is not None and self.idle_left() <= 0:
+            self.stalled = (f"the store sent nothing for {self.idle:g}s ({IDLE_STALLS} stall timeouts of "
+                            f"{self.idle / IDLE_STALLS:g}s, CACHEKEEPER_STALL_TIMEOUT; no --deadline)")
+        if self.stalled:
+            from ..errors import StoreUnreachable
+
+            raise StoreUnreachable(f"{where}: {self.stalled}")
 
     def left(self) -> float | None:
         return None if self.at is None else self.at - time.monotonic()
@@ -101,6 +146,14 @@ class RetryPolicy:
         return random.uniform(0, min(self.cap, self.base * (2 ** attempt)))
 
 
+def sdk_timeouts() -> tuple[float, float, int]:
+    """(connect, read, attempts) for what a store's SDK sends itself (listings, HEADs, small writes): the
+    read timeout is the stall timeout, and attempts are few, so a stalled store ends an SDK call within
+    IDLE_STALLS stall timeouts (plus connect timeouts and a second of backoff), as `read_into` does."""
+    policy = default_policy()
+    return policy.connect, policy.stall, IDLE_STALLS
+
+
 def default_policy() -> RetryPolicy:
     """`CACHEKEEPER_STALL_TIMEOUT` (seconds without a byte before an attempt is abandoned) tunes the
     one knob a fleet may want to; the deadline caps it anyway."""
@@ -125,17 +178,30 @@ def read_into(store: Store, key: str, sink: Callable[[bytes], None], *, start: i
     """Stream bytes [start, start+length) of `key` into `sink` (the whole object when length is None),
     resuming after failures from the last byte received. `total`: the object's size as declared (refused
     before reading if the store says otherwise); `limit`: the most bytes an unsized read may return."""
-    deadline = deadline or Deadline()
     policy = policy or default_policy()
+    deadline = deadline or Deadline(idle=IDLE_STALLS * policy.stall)
+    deadline.begin_read()
+    try:
+        return _read_into(store, key, sink, start, length, total, limit, deadline, policy, counter)
+    finally:
+        deadline.end_read()
+
+
+def _read_into(store: Store, key: str, sink: Callable[[bytes], None], start: int, length: int | None,
+               total: int | None, limit: int | None, deadline: Deadline, policy: RetryPolicy,
+               counter: Counter | None) -> int:
     where = f"{store.url}/{key}"
     got = 0
     attempt = 0
     while True:
         deadline.check(f"reading {where}")
+        deadline.check_idle(f"reading {where}")
         end = None if length is None else start + length
         try:
-            body = store.open_range(key, start + got, end, deadline.timeout(policy.stall),
+            stall = max(0.05, min(policy.stall, deadline.idle_left()))   # never past the watchdog
+            body = store.open_range(key, start + got, end, deadline.timeout(stall),
                                     min(policy.connect, deadline.timeout(policy.connect)))
+            deadline.progress()
             try:
                 _check_total(where, body.total, total, limit)
                 for chunk in body.chunks(READ_CHUNK):
@@ -145,6 +211,7 @@ def read_into(store: Store, key: str, sink: Callable[[bytes], None], *, start: i
                         raise IntegrityError(f"{where} is larger than {limit} bytes, the most allowed here")
                     sink(chunk)
                     got += len(chunk)
+                    deadline.progress()
                     if length is not None and got >= length:
                         break
                     deadline.check(f"reading {where}")
@@ -160,7 +227,7 @@ def read_into(store: Store, key: str, sink: Callable[[bytes], None], *, start: i
             (counter or deadline.retries).add()
             if attempt >= policy.attempts:
                 raise StoreError(f"{exc.message} (gave up after {attempt} attempts)", **exc.fields) from None
-            pause = policy.delay(attempt)
+            pause = min(policy.delay(attempt), max(0.0, deadline.idle_left()))
             left = deadline.left()
             if left is not None and pause >= left:
                 raise HydrateIncomplete(f"the deadline of {deadline.seconds:g}s ran out while retrying "

@@ -65,7 +65,7 @@ def _is_not_found(exc: ClientError) -> bool:
 
 
 @contextlib.contextmanager
-def _write_denied(where: str, key: str, url: str) -> Iterator[None]:
+def _write_denied(where: str, key: str, url: str, action: str = "s3:PutObject") -> Iterator[None]:
     """A write the policy refuses names the permission it lacks (deploy/policies/ grants it per prefix)."""
     try:
         yield
@@ -73,9 +73,10 @@ def _write_denied(where: str, key: str, url: str) -> Iterator[None]:
         if _code(exc) != "AccessDenied":   # a bad key or signature is 403 too: that is StoreAuthError
             raise
         top = key.split("/", 1)[0]
-        raise StoreWriteDenied(f"{where}: write refused: this identity lacks s3:PutObject on {top}/",
-                               "builders write blobs/, manifests/ and signatures/, servers only reports/ "
-                               "(docs/security.md)", key=key, url=url) from None
+        roles = ("builders write blobs/, manifests/ and signatures/, servers only reports/ (docs/security.md)"
+                 if action == "s3:PutObject" else "only the operator role deletes (docs/security.md)")
+        raise StoreWriteDenied(f"{where}: write refused: this identity lacks {action} on {top}/", roles,
+                               key=key, url=url) from None
 
 
 def _addressing_style() -> Literal["auto", "virtual", "path"]:
@@ -123,12 +124,17 @@ def _new_client() -> Any:
 
 
 def _client_config() -> Config:
-    # Fail fast on a dead endpoint (a few seconds, not botocore's minute), keep modest retries for
-    # throttling, and allow as many pooled connections as the hydrate client runs fetch threads.
+    # Fail fast on a dead endpoint (a few seconds, not botocore's minute); a read that gets no byte for
+    # the stall timeout (CACHEKEEPER_STALL_TIMEOUT) is abandoned, and attempts are few, so a stalled store
+    # ends a listing or a HEAD within a few stall timeouts (reader.sdk_timeouts), not 4 x 60 s; allow as
+    # many pooled connections as the hydrate client runs fetch threads.
+    from .reader import sdk_timeouts
+
+    connect, read, attempts = sdk_timeouts()
     return Config(
-        connect_timeout=3,
-        read_timeout=60,
-        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=connect,
+        read_timeout=read,
+        retries={"total_max_attempts": attempts, "mode": "standard"},   # max_attempts would add 1
         max_pool_connections=32,
         signature_version="s3v4",  # presigned reads (s3_read.py) too: botocore would presign with SigV2
         s3={"addressing_style": _addressing_style()},
@@ -253,7 +259,7 @@ class S3Store(RangedReads, Store):
     def _put_multipart(self, key: str, path: Path, size: int) -> bool:
         k = self._key(key)
         client = self._client()
-        with self._errors(key):
+        with self._errors(key), _write_denied(self._where(key), key, self.url):
             upload_id = str(client.create_multipart_upload(Bucket=self.bucket, Key=k)["UploadId"])
         won = False
         try:
@@ -288,7 +294,7 @@ class S3Store(RangedReads, Store):
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read(length)
-        with self._errors(key):
+        with self._errors(key), _write_denied(self._where(key), key, self.url):
             resp = self._client().upload_part(Bucket=self.bucket, Key=self._key(key), UploadId=upload_id,
                                               PartNumber=number, Body=data)
         # Pass the per-part checksums botocore computed on to the complete call, as AWS requires then.
@@ -366,7 +372,7 @@ class S3Store(RangedReads, Store):
 
     def delete(self, key: str) -> None:
         k = self._key(key)
-        with self._errors(key):
+        with self._errors(key), _write_denied(self._where(key), key, self.url, "s3:DeleteObject"):
             self._client().delete_object(Bucket=self.bucket, Key=k)  # S3 answers 204 for a missing key
 
     # PutObject is atomic (no temp object); a publisher killed inside a multipart upload leaves its

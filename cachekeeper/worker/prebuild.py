@@ -11,6 +11,7 @@ What is built already is `presence.py`'s answer: an entry the catalog indexes co
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -36,7 +37,7 @@ from ..stores.manifests import manifest_keys
 from . import payload
 from .devices import slot_envs
 from .lease import Backoff, Heartbeat, LeaseSettings
-from .runner import run_build_process
+from .runner import Stop, run_build_process
 from .shard import Shard, split
 from .workdirs import sweep_stale, workdir
 
@@ -194,7 +195,7 @@ def store_costs(store: Store, keys: set[str], exclude_fingerprints: set[str]) ->
 
 def build_entry(entry: MatrixEntry, tc: HostToolchain, store: Store, *, catalog: Catalog | None, timeout: float,
                 workdir_root: Path | None = None, env: dict[str, str] | None = None,
-                stop: threading.Event | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
+                stop: Stop | None = None, signing_key: SigningKey | None = None) -> Outcome | None:
     """Compile and publish one entry; None if `stop` was set (the lease was lost) before it published."""
     spec, fp = entry.spec, tc.fingerprint
     with workdir(workdir_root) as wd:
@@ -233,6 +234,9 @@ class _Run:
         self.lock = threading.Lock()
         self.worker = settings.worker or f"{socket.gethostname()}:{os.getpid()}"
         self.refused: set[str] = set()
+        # Set when this process is interrupted (Ctrl-C, SIGTERM): slots stop their builds and claim no more,
+        # and every claim still held goes back to the queue, so the next run (on any host) builds it.
+        self.stopping = threading.Event()
         self.plan: dict[tuple[str, str], MatrixEntry] = {}
         self.by_fp = {tc.fingerprint.id: tc for tc in tcs.values()}
 
@@ -245,7 +249,7 @@ class _Run:
     def build(self, entry: MatrixEntry, tc: HostToolchain, env: dict[str, str],
               stop: threading.Event | None = None) -> Outcome | None:
         return build_entry(entry, tc, self.store, catalog=self.catalog, timeout=self.config.build_timeout,
-                           workdir_root=self.settings.workdir_root, env=env, stop=stop,
+                           workdir_root=self.settings.workdir_root, env=env, stop=AnyOf(self.stopping, stop),
                            signing_key=self.settings.signing_key)
 
     # without a catalog: the slots take entries off one shared list
@@ -254,16 +258,16 @@ class _Run:
         pending = list(reversed(todo))
 
         def slot(i: int) -> None:
-            while True:
+            while not self.stopping.is_set():
                 with self.lock:
                     if not pending:
                         return
                     e = pending.pop()
                 o = self.build(e, self.tcs[e.spec.backend], _slot_env(envs, e.spec.backend, i))
-                assert o is not None
-                self.done(o)
+                if o is not None:   # None: stopped by an interrupt
+                    self.done(o)
 
-        _in_slots(slot, workers)
+        _in_slots(slot, workers, self.stopping)
 
     # with a catalog: the slots claim jobs from the shared queue
 
@@ -272,10 +276,10 @@ class _Run:
         catalog = self.catalog
 
         def slot(i: int) -> None:
-            while (c := self._claim()) is not None:
+            while not self.stopping.is_set() and (c := self._claim()) is not None:
                 self._work(catalog, c, envs, i)
 
-        _in_slots(slot, workers)
+        _in_slots(slot, workers, self.stopping)
 
     def _claim(self) -> Claim | None:
         assert self.catalog is not None
@@ -300,18 +304,26 @@ class _Run:
                 catalog.fail(c, exc.message, retry=True)   # back to pending, for a worker that reads it
                 self.done(Outcome(c.entry_key[:12], c.entry_key, c.fingerprint_id, "refused", detail=exc.message))
                 return
-        with Heartbeat(catalog, c, self.settings.lease) as hb:
-            o: Outcome | None
-            if published_since(entry, tc, self.store, catalog):
-                o = _outcome(entry, tc, "present")
-            else:
-                o = self.build(entry, tc, _slot_env(envs, entry.spec.backend, slot), stop=hb.lost)
-            if o is None or hb.lost.is_set():
-                return   # the lease was lost: the worker holding it now reports the entry
-            if o.status == "failed":
-                catalog.fail(c, o.detail[-2000:], retry=False)
-            else:
-                catalog.finish(c, o.detail if o.status == "built" else "")
+        try:
+            with Heartbeat(catalog, c, self.settings.lease) as hb:
+                o: Outcome | None
+                if published_since(entry, tc, self.store, catalog):
+                    o = _outcome(entry, tc, "present")
+                else:
+                    o = self.build(entry, tc, _slot_env(envs, entry.spec.backend, slot), stop=hb.lost)
+        except BaseException:   # interrupted here (one slot runs in the main thread) or failed: let it go
+            self.stopping.set()
+            release(catalog, c)
+            raise
+        if o is None and self.stopping.is_set():
+            release(catalog, c)
+            return
+        if o is None or hb.lost.is_set():
+            return   # the lease was lost: the worker holding it now reports the entry
+        if o.status == "failed":
+            catalog.fail(c, o.detail[-2000:], retry=False)
+        else:
+            catalog.finish(c, o.detail if o.status == "built" else "")
         self.done(o)
 
     def settle(self, wanted: list[MatrixEntry]) -> tuple[list[Outcome], int]:
@@ -343,18 +355,45 @@ class _Run:
         return out, claimable
 
 
+class AnyOf:
+    """Set when any of its events is (what `run_build_process` polls as its `stop`)."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self.events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def release(catalog: Catalog, c: Claim) -> None:
+    """Hand a claim back to the queue at once (interrupted): pending again, for the next worker. Fenced by
+    the claim's attempt, so a lease already taken over is left alone; a catalog that does not answer
+    leaves it to the lease's expiry (or, on this host, to the dead-process check)."""
+    from ..errors import CatalogError
+
+    with contextlib.suppress(CatalogError):
+        catalog.fail(c, "interrupted: its worker was stopped (SIGINT/SIGTERM) before it finished", retry=True)
+
+
 def _slot_env(envs: dict[str, list[dict[str, str]]], backend: str, slot: int) -> dict[str, str]:
     slots = envs.get(backend) or [{}]
     return slots[slot % len(slots)]
 
 
-def _in_slots(slot: Callable[[int], None], workers: int) -> None:
+def _in_slots(slot: Callable[[int], None], workers: int, stopping: threading.Event) -> None:
+    """Run `slot(i)` for each build slot. An interrupt reaches the main thread only: it sets `stopping`,
+    so every slot kills its build, releases its claim and returns before this re-raises."""
     if workers <= 1:
         slot(0)
         return
     with ThreadPoolExecutor(workers, thread_name_prefix="ck-build-slot") as pool:
-        for f in [pool.submit(slot, i) for i in range(workers)]:
-            f.result()
+        futures = [pool.submit(slot, i) for i in range(workers)]
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:
+            stopping.set()
+            raise
 
 
 def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, backends: set[str] | None = None,

@@ -12,16 +12,22 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..backends.base import BuildCommand
 
 TAIL_BYTES = 4000
 GUARD = Path(__file__).with_name("guard.py")
+
+
+class Stop(Protocol):
+    """What stops a build when set: a `threading.Event`, or several (prebuild.AnyOf)."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ def guarded_argv(argv: list[str]) -> list[str]:
 
 def run_build_process(cmd: BuildCommand, *, timeout: float, log_path: Path, cwd: Path,
                       on_tick: Callable[[], object] | None = None, tick_s: float = 10.0,
-                      stop: threading.Event | None = None, poll_s: float = 0.25) -> RunResult:
+                      stop: Stop | None = None, poll_s: float = 0.25) -> RunResult:
     """Run `cmd`; `on_tick` is called every `tick_s` while it runs; setting `stop` kills the build."""
     t0 = time.monotonic()
     with open(log_path, "wb") as log:

@@ -152,3 +152,42 @@ print(base // 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     base_mib, peak_mib = map(int, out.split())
     assert peak_mib - base_mib < 40, f"hydrate grew resident memory by {peak_mib - base_mib} MiB"
     assert read_tree(tmp_path / "dest") == files
+
+
+class InterruptingStore(FileStore):
+    """Ctrl-C lands while the hydrate waits for its first blob (the store is wedged): the interrupt reaches
+    the main thread as it would from a terminal; the wedged read then gives up."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.interrupted = threading.Event()
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        if key.startswith("blobs/"):
+            import _thread
+
+            from cachekeeper.errors import StoreError
+
+            if not self.interrupted.is_set():
+                self.interrupted.set()
+                _thread.interrupt_main()
+            time.sleep(0.5)
+            raise StoreError(f"{self.url}/{key}: wedged")
+        return super().open_range(key, start, end, read_timeout, connect_timeout)
+
+
+def test_a_hydrate_interrupted_before_it_placed_anything_leaves_no_claim(
+        cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path) -> None:
+    root, files, name, _ = cache
+    store = InterruptingStore(root)
+    dest = tmp_path / "dest"
+    with pytest.raises(KeyboardInterrupt):
+        hydrate_into(lambda: store, dest, [name])
+    assert store.interrupted.is_set()
+    # No state names a toolchain for the dir, so another toolchain may use it; nothing else is left.
+    assert not (dest / ".cachekeeper" / "state.json").exists()
+    assert read_tree(dest) == {}
+    # And this toolchain's next run fills it as a fresh one.
+    report = hydrate_into(lambda: FileStore(root), dest, [name])
+    assert read_tree(dest) == files and report.files_fetched == len(files)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,70 @@ def test_the_boot_hook_against_a_stalled_store_ends_at_its_deadline(
         errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
         assert proc.returncode == 11 and len(errors) == 1 and "deadline" in errors[0], proc.stderr
         assert proc.stdout == ""
+
+
+# --- no --deadline: the stall timeout bounds every read, the SDK's included -----------------------------
+
+STALL = 1.0    # CACHEKEEPER_STALL_TIMEOUT for these runs
+BOUND = 3 * STALL + 3.0   # README/docs/durability.md: 3 stall timeouts, plus connect timeouts and backoff
+
+
+def _stalled_cli(tmp: Path, store_url: str, env_var: str, proxy: FaultProxy, *extra: str) -> tuple[float, Any]:
+    t0 = time.monotonic()
+    proc = _cli(tmp, "--store", store_url, "--dest", str(tmp / "d"), "--print-env", *extra,
+                **{env_var: proxy.url, "CACHEKEEPER_STALL_TIMEOUT": str(STALL)})
+    return time.monotonic() - t0, proc
+
+
+@pytest.mark.parametrize("what", ["every request", "object reads"])
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_without_a_deadline_a_stalled_store_ends_within_a_few_stall_timeouts(
+        kind: str, what: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if kind == "s3":
+        url = request.getfixturevalue("s3_store_url")
+        upstream, env_var, reads = request.getfixturevalue("s3_server").endpoint_url, "AWS_ENDPOINT_URL", "X-Amz-"
+    else:
+        url = request.getfixturevalue("gcs_store_url")
+        upstream, env_var, reads = request.getfixturevalue("gcs_server").url, "STORAGE_EMULATOR_HOST", "/download/"
+    publish_tree(open_store(url), write_tree(tmp_path / "build", build_tree(4, 2)), monkeypatch)
+    # "every request": listings and HEADs go through the SDK (its own read timeout and retries);
+    # "object reads": the listing answers, then every manifest GET hangs (our ranged reads).
+    match = "" if what == "every request" else reads
+    for best_effort in (False, True):
+        with fault_proxy(upstream, rate=1.0, kinds=("stall",), match=match) as proxy:
+            elapsed, proc = _stalled_cli(tmp_path, url, env_var, proxy, *(["--best-effort"] if best_effort else []))
+        assert proxy.injected["stall"] >= 1
+        assert "Traceback" not in proc.stderr and elapsed < BOUND, (elapsed, proc.stderr)
+        if best_effort:
+            assert proc.returncode == 0 and "export FAKE_CACHE_DIR=" in proc.stdout, proc.stderr
+        else:
+            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+            assert proc.returncode in (3, 11) and len(errors) == 1, proc.stderr
+
+
+def test_a_hydrate_terminated_while_the_store_stalls_leaves_no_claim(
+        s3_store_url: str, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
+    from tests.fakes import ENABLE
+
+    publish_tree(open_store(s3_store_url), write_tree(tmp_path / "build", build_tree(4, 2)), monkeypatch)
+    dest = tmp_path / "d"
+    with fault_proxy(s3_server.endpoint_url, rate=1.0, kinds=("stall",), match="blobs") as proxy:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachekeeper", "hydrate", "--backend", "fake", "--store", s3_store_url,
+             "--dest", str(dest)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env={**os.environ, **ENABLE, "PYTHONPATH": str(REPO), "FAKE_SHARED_DIR": str(tmp_path / "sh"),
+                 "CACHEKEEPER_HOME": str(tmp_path / "home"), "AWS_ENDPOINT_URL": proxy.url})
+        t0 = time.monotonic()
+        while not proxy.injected["stall"]:   # the manifests are read; the first blob GET hangs
+            assert time.monotonic() - t0 < 30 and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    # before: killed by the signal (-15) mid-way, its state.json claiming the dir for this toolchain
+    assert proc.returncode == 143 and len(errors) == 1 and "SIGTERM" in errors[0], stderr
+    assert any(ln.startswith("hint: ") for ln in stderr.splitlines()) and "Traceback" not in stderr
+    assert list(dest.rglob("state.json")) == [] and not [p for p in dest.rglob("*") if p.is_file()
+                                                        and ".cachekeeper" not in p.parts]

@@ -64,8 +64,8 @@ def test_a_bad_node_setting_is_one_error_line_naming_its_source(
 
 
 @pytest.mark.parametrize(("hydrate", "priority", "message"), [
-    ("max_bytes: 0", "5", "hydrate.max_bytes must be at least 1, got 0"),
-    ("node_cache_max_bytes: 2305843009213693952", "5", "hydrate.node_cache_max_bytes must be at most"),
+    ("max_bytes: 0", "5", "hydrate.max_bytes must be a byte count from 1 to 2**60"),
+    ("node_cache_max_bytes: 2305843009213693952", "5", "hydrate.node_cache_max_bytes must be a byte count"),
     ("ready_after: -1", "5", "hydrate.ready_after must be at least 1, got -1"),
     ("hot_reports: -1", "5", "hydrate.hot_reports must be at least 0, got -1"),
     ("hot_reports: .nan", "5", "hydrate.hot_reports must be an integer"),

@@ -223,6 +223,10 @@ def test_a_capture_key_is_never_a_builder_key(world: World) -> None:
                      "--capture-key", server, "--require-all", ok=False)
     assert proc.returncode != 0
     assert "signed by capture key" in proc.stderr and "may sign only captured sets" in proc.stderr, proc.stderr
+    # The hint follows the roles (docs/security.md): re-sign with a builder key; never "trust key K
+    # (--trusted-key …)", which would make a serving host's key a builder key.
+    [hint] = [line for line in proc.stderr.splitlines() if line.startswith("hint: ")]
+    assert "trust key" not in hint and "re-sign" in hint and "never list a serving host's key" in hint, hint
 
     both = world.run("hydrate", "--config", str(world.config), "--dest", str(dest), "--trusted-key", server,
                      "--capture-key", server, ok=False)
@@ -289,3 +293,25 @@ def test_a_lockfile_pins_the_captured_sets_of_its_time_and_no_newer_ones(world: 
     assert (locked / "new" / "x.neff").exists() and not (locked / "new" / "y.neff").exists()
     # a config hydrate takes every captured set
     assert (world.served(world.tmp / "latest") / "new" / "y.neff").exists()
+
+
+def test_a_captured_set_signed_by_an_unlisted_key_hints_at_capture_keys_never_builder_keys(world: World) -> None:
+    builder_pem, server_pem = world.tmp / "builder.pem", world.tmp / "server.pem"
+    builder = world.run("keygen", "-o", str(builder_pem)).stdout.strip()
+    world.run("keygen", "-o", str(server_pem))
+    other = world.run("keygen", "-o", str(world.tmp / "other.pem")).stdout.strip()
+    from cachekeeper.format.signing import SigningKey, publish_signature
+    from cachekeeper.stores.file import FileStore
+
+    for p in (world.store_dir / "manifests").rglob("*.json"):
+        publish_signature(FileStore(world.store_dir), SigningKey.load(builder_pem), p.read_bytes())
+    dest = world.tmp / "s"
+    runtime_writes(world.served(dest), "new/server.neff", b"server")
+    world.capture(dest, "--publish", "--sign-key", str(server_pem))
+    # A lockfile pins the captured set, so a key that is not listed is an error, not a skip.
+    lock = world.tmp / "ck.lock"
+    world.run("lock", "--config", str(world.config), "-o", str(lock))
+    proc = world.run("hydrate", "--lockfile", str(lock), "--dest", str(world.tmp / "t"), "--trusted-key", builder,
+                     "--capture-key", other, ok=False)
+    [hint] = [line for line in proc.stderr.splitlines() if line.startswith("hint: ")]
+    assert proc.returncode == 4 and "--capture-key" in hint and "never --trusted-key" in hint, proc.stderr

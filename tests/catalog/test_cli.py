@@ -22,10 +22,10 @@ def test_db_upgrade_then_current(catalog_url: str) -> None:
     assert "none" in runner.invoke(db, ["current", "--catalog", catalog_url], catch_exceptions=False).stdout
 
     up = runner.invoke(db, ["upgrade", "--catalog", catalog_url], catch_exceptions=False)
-    assert up.exit_code == 0 and "0003 (head)" in up.stdout
+    assert up.exit_code == 0 and "0004 (head)" in up.stdout
 
     now = runner.invoke(db, ["current", "--catalog", catalog_url], catch_exceptions=False)
-    assert now.stdout.strip() == "0003 (head)"
+    assert now.stdout.strip() == "0004 (head)"
 
     down = runner.invoke(db, ["downgrade", "0001", "--catalog", catalog_url], catch_exceptions=False)
     assert down.exit_code == 0

@@ -39,7 +39,7 @@ def test_postgres_without_migrations_is_not_migrated(postgres_url: str) -> None:
 @pytest.mark.services
 def test_postgres_can_opt_in_to_auto_migrate(postgres_url: str) -> None:
     with Catalog.open(postgres_url, auto_migrate=True) as catalog:
-        assert catalog.current() == "0003"
+        assert catalog.current() == "0004"
 
 
 def test_an_unwritable_sqlite_location_is_unreachable(tmp_path: Path) -> None:

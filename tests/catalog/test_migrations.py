@@ -20,7 +20,7 @@ STORE = "file:///srv/store"
 
 
 def test_head_is_the_captured_kind_revision() -> None:
-    assert head() == "0003"
+    assert head() == "0004"
 
 
 def test_upgrade_downgrade_upgrade_keeps_the_manifest_rows(catalog_url: str) -> None:
@@ -67,7 +67,7 @@ def test_sqlite_migrates_itself_on_open(tmp_path: Path) -> None:
 
 
 def test_auto_migrate_false_refuses_an_unmigrated_catalog(catalog_url: str) -> None:
-    with pytest.raises(CatalogNotMigrated, match="revision none, expected 0003"):
+    with pytest.raises(CatalogNotMigrated, match="revision none, expected 0004"):
         Catalog.open(catalog_url, auto_migrate=False)
 
 

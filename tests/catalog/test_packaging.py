@@ -40,4 +40,4 @@ def test_an_installed_wheel_migrates_a_catalog(tmp_path: Path) -> None:
             "print(cachekeeper.__file__, migrations_dir(), c.current())")
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(site)}, cwd=tmp_path,
                          check=True, capture_output=True, text=True).stdout.split()
-    assert out == [f"{site}/cachekeeper/__init__.py", f"{site}/cachekeeper/_migrations", "0003"]
+    assert out == [f"{site}/cachekeeper/__init__.py", f"{site}/cachekeeper/_migrations", "0004"]

@@ -140,3 +140,47 @@ def test_requeue_returns_done_and_failed_jobs_to_pending_but_leaves_running_ones
     cat.fail(claims["failed"], "boom", retry=False)
     assert cat.requeue([("fp", "done"), ("fp", "failed"), ("fp", "running")]) == 2
     assert cat.queue_counts("fp")["pending"] == 2 and cat.queue_counts("fp")["running"] == 1
+
+
+# --- holders on this host whose process is gone (revision 0004) --------------------------------------
+
+
+def _hold(catalog: Catalog, host: str, pid: int) -> None:
+    """Claim the next job as if process `pid` of `host` did, under a long, live lease."""
+    from sqlalchemy import update
+
+    from cachekeeper.catalog.models import BuildJobModel as J
+
+    c = catalog.claim("other", lease_s=3600)
+    assert c is not None
+    with catalog._write() as conn:
+        conn.execute(update(J).where(J.entry_key == c.entry_key).values(holder_host=host, holder_pid=pid))
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid   # reaped: no process has this pid now (a reuse within the test would read as alive)
+
+
+def test_a_job_held_by_a_dead_process_on_this_host_is_claimable_at_once(catalog: Catalog) -> None:
+    from cachekeeper.catalog.queue import host_identity
+
+    catalog.enqueue([("fp", "a", "{}")])
+    _hold(catalog, host_identity(), _dead_pid())
+    again = catalog.claim("w2", lease_s=60)        # the lease has an hour left; the holder is gone
+    assert again is not None and (again.entry_key, again.attempts) == ("a", 2)
+
+
+def test_a_job_held_by_a_live_process_or_another_host_waits_for_its_lease(catalog: Catalog) -> None:
+    import os
+
+    from cachekeeper.catalog.queue import host_identity
+
+    catalog.enqueue([("fp", "a", "{}"), ("fp", "b", "{}")])
+    _hold(catalog, host_identity(), os.getpid())          # alive: this very process
+    _hold(catalog, "another-host pid:[1]", _dead_pid())   # a pid means nothing on another host
+    assert catalog.claim("w2", lease_s=60) is None

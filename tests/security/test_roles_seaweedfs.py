@@ -101,3 +101,14 @@ def test_a_server_identity_cannot_publish_a_blob_or_a_manifest(world: dict[str, 
     after = {o["Key"] for o in s3_roles_server.admin.client.list_objects_v2(
         Bucket=s3_roles_server.bucket).get("Contents", [])}
     assert not {k for k in after - before if "/reports/" not in k}, "nothing but reports was written"
+
+
+def test_a_server_identity_cannot_delete_and_gc_names_the_permission(world: dict[str, Host],
+                                                                     s3_roles_server: RolesServer) -> None:
+    orphan = f"{s3_roles_server.prefix}/blobs/sha256/00/{'00' * 32}"
+    s3_roles_server.admin.client.put_object(Bucket=s3_roles_server.bucket, Key=orphan, Body=b"unreferenced")
+    proc = world["server"].run("gc", "--min-age", "0", "--run", ok=False)
+    lines = errors(proc)
+    # before: exit 3 "access denied (AccessDenied)", naming no permission
+    assert proc.returncode == 3 and len(lines) == 1 and "lacks s3:DeleteObject" in lines[0], proc.stderr
+    s3_roles_server.admin.client.delete_object(Bucket=s3_roles_server.bucket, Key=orphan)
