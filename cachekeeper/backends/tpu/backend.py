@@ -28,13 +28,12 @@ Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not r
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
-
-import os
-import tempfile
 
 from ...errors import BackendUnavailable, DestinationError
 from ..base import CACHE_ROOT, BuildCommand, BuildJob
