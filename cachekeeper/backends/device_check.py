@@ -341,9 +341,10 @@ def _neuron_rows(fields: Mapping[str, str], first: Mapping[str, Any], tp: Mappin
         target = _row("neuron.target-lnc", NOT_CHECKED, str(facts.get("why", "the build recorded no target")))
     else:
         same = (facts["platform_target"], str(facts["lnc"])) == (fields.get("target"), fields.get("logical_nc_config"))
+        unknown = "" if fields.get("target") != "unknown" else ": set backend_options.neuron.target"
         target = _row("neuron.target-lnc", PASS if same else FAIL,
                       f"runtime {facts['platform_target']} LNC {facts['lnc']}, fingerprint {fields.get('target')} "
-                      f"LNC {fields.get('logical_nc_config')}")
+                      f"LNC {fields.get('logical_nc_config')}{unknown}")
     if isinstance(tp, str):
         tp_row = _row("neuron.tp-one-neff", NOT_CHECKED, tp)
     else:

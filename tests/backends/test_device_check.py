@@ -85,7 +85,8 @@ def test_tpu_a_server_whose_placement_changes_the_key_fails_the_check(monkeypatc
 
 def test_neuron_counts_by_metrics_and_checks_target_lnc_and_the_two_rank_neff_count(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-1")
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-1")          # 2 cores: the 2-rank row runs
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")  # the fingerprint's target (the device's too)
     code, out, err = check("--backend", "neuron", "--mode", "eager", "--json")
     assert code == 0, out + err
     report = json.loads(out)
@@ -113,7 +114,7 @@ def test_a_host_without_the_device_package_is_one_error_line_and_exit_6(backend:
     lines = proc.stderr.splitlines()
     assert len(lines) == 2 and "Traceback" not in proc.stderr
     assert lines[0].startswith(f"error: {backend}: cannot run the device check here: ")
-    assert "is not installed" in lines[0] and lines[1].startswith("hint: ")
+    assert "not installed" in lines[0] and lines[1].startswith("hint: ")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -134,3 +135,13 @@ def test_every_hardware_only_fact_in_the_docs_has_a_device_check_row() -> None:
     named = set(re.findall(r"`((?:tpu|neuron)\.[a-z0-9-]+)`", docs))
     rows = {fact for facts in FACTS.values() for fact in facts}
     assert named == rows
+
+
+def test_neuron_a_fingerprint_without_the_devices_target_fails_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0")
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")   # the simulated device is trn2
+    code, out, err = check("--backend", "neuron")
+    assert code == 6, out + err
+    assert re.search(r"neuron\.target-lnc +fail +runtime trn2 LNC 2, fingerprint trn3 LNC 2", out)
+    assert err.splitlines()[0] == ("error: device check: a fresh neuron server on the hydrated dir compiled "
+                                   "nothing, but facts failed: neuron.target-lnc")
