@@ -215,3 +215,18 @@ def test_include_keeps_both_neff_layouts(rel: str, kept: bool, tmp_path: Path) -
     assert NeuronBackend().include("cache", rel, path) is kept
 
 
+
+
+def test_cachekeeper_env_exports_the_builds_exact_flags(tmp_path: Path) -> None:
+    import shlex
+
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+
+    _register()
+    result = CliRunner().invoke(cli, ["env", "--backend", "neuron", "--dest", str(tmp_path), "--option",
+                                      "target=trn2", "--option", "cc_flags=--a=1  --b"])
+    assert result.exit_code == 0, result.output
+    assert f"export NEURON_CC_FLAGS={shlex.quote('--a=1  --b')}" in result.stdout.splitlines()
+    assert "export NEURON_LOGICAL_NC_CONFIG=2" in result.stdout.splitlines()

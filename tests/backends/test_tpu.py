@@ -204,3 +204,16 @@ def test_include_keeps_both_name_forms_and_drops_their_temps(name: str, tmp_path
     assert not backend.include("cache", f"{K}/{temp.name}", temp)
 
 
+
+
+def test_cachekeeper_env_refuses_a_read_only_dest_in_one_line() -> None:
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+
+    _register()
+    result = CliRunner().invoke(cli, ["env", "--backend", "tpu", "--dest", "/proc/self/ck-hydrated"])
+    assert result.exit_code == 9, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: tpu: /proc/self/ck-hydrated")
+    assert "is not writable" in lines[0] and lines[1].startswith("hint: ")
