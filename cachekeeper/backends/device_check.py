@@ -164,8 +164,10 @@ def make_model(dest: Path) -> Path:
 
 
 def _last_line(text: str) -> str:
+    """The child's own error line if it printed one, else its last line (a traceback's last)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
+    errors = [ln for ln in lines if ln.startswith("cachekeeper-build: error: ")]
+    return (errors or lines or ["no output"])[-1]
 
 
 def _run(argv: list[str], env: Mapping[str, str] | None, cwd: Path, timeout: float, what: str) -> None:
@@ -213,7 +215,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
     preflight(backend, opts)
     fp = backend.fingerprint(opts)
     pipeline = model is not None and _is_pipeline(model)
-    spec_options = (("warmup", "pipeline"),) if pipeline else ()
+    # A pipeline warm-up as the config writes one (no CFG, a short prompt padding: seconds on a tiny model).
+    spec_options = (("guidance", "off"), ("max_sequence_length", "16"), ("warmup", "pipeline")) if pipeline else ()
     spec = EntrySpec(MODEL, COMPONENT, backend.name, mode, SHAPE, "float32", options=spec_options)
     slot = _slot_env(backend, opts)
     with tempfile.TemporaryDirectory(prefix="ck-device-check-") as tmp_name:
@@ -222,7 +225,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
             _run([sys.executable, "-m", __name__, "make-model", str(tmp / "models")], None, tmp, timeout,
                  "tiny model")
             model = tmp / "models" / MODEL
-        ref = ModelRef(MODEL, COMPONENT, path=str(model), inputs="auto" if pipeline else "flux")
+        ref = (ModelRef(MODEL, COMPONENT, path=str(model), inputs="auto", warmup="pipeline", max_sequence_length=16)
+               if pipeline else ModelRef(MODEL, COMPONENT, path=str(model), inputs="flux"))
         roots = backend.build_roots(tmp / "prebuild")
         for root in roots.values():
             root.mkdir(parents=True)

@@ -137,11 +137,36 @@ def test_every_hardware_only_fact_in_the_docs_has_a_device_check_row() -> None:
     assert named == rows
 
 
-def test_neuron_a_fingerprint_without_the_devices_target_fails_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_neuron_a_target_the_device_does_not_have_stops_the_check_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0")
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")   # the simulated device is trn2
     code, out, err = check("--backend", "neuron")
+    assert code == 7, out + err
+    assert err.splitlines()[0] == (
+        "error: device check: the build failed (exit 1): neuron: the build's target is trn3 but the runtime "
+        "compiles for trn2 (torch_neuronx.utils.get_platform_target()): the NEFFs would be published under the "
+        "wrong target")
+    assert len(err.splitlines()) == 2 and "Traceback" not in err
+
+
+def test_eager_keys_that_depend_on_the_step_count_fail_their_row_and_warmup_steps_covers_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The server runs 3 steps, the build 2: the simulated TorchTPU keys eager ops on their scalar arguments
+    ([dev] cache_key.h), and the scheduler indexes its sigmas by step. Listing the server's step counts in
+    `warmup_steps` makes the build run them too."""
+    pytest.importorskip("transformers")
+    from tests.simulated.harness import tiny_models
+
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")
+    model = tiny_models().make_flux2_klein(tmp_path / "models")
+    code, out, err = check("--backend", "tpu", "--mode", "eager", "--model", str(model))
     assert code == 6, out + err
-    assert re.search(r"neuron\.target-lnc +fail +runtime trn2 LNC 2, fingerprint trn3 LNC 2", out)
-    assert err.splitlines()[0] == ("error: device check: a fresh neuron server on the hydrated dir compiled "
-                                   "nothing, but facts failed: neuron.target-lnc")
+    assert re.search(r"tpu\.scalar-steps +fail +eager keys depend on num_inference_steps here: list your server's "
+                     r"step counts in backend_options\.tpu\.warmup_steps", out)
+    config = tmp_path / "ck.yaml"
+    config.write_text("version: 1\nbackend_options:\n  tpu: {warmup_steps: '2,3'}\nmodels:\n"
+                      "  - {name: m, path: ./m, backends: [tpu], shapes: ['64x64']}\n")
+    code, out, err = check("--backend", "tpu", "--mode", "eager", "--model", str(model), "--config", str(config))
+    assert code == 0, out + err
+    assert re.search(r"tpu\.scalar-steps +pass", out)
