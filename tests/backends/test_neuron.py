@@ -230,3 +230,15 @@ def test_cachekeeper_env_exports_the_builds_exact_flags(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"export NEURON_CC_FLAGS={shlex.quote('--a=1  --b')}" in result.stdout.splitlines()
     assert "export NEURON_LOGICAL_NC_CONFIG=2" in result.stdout.splitlines()
+
+
+def test_a_target_option_on_another_device_family_is_refused_before_the_build(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    from cachekeeper.backends.neuron import probes
+
+    monkeypatch.setattr(probes, "from_sysfs", lambda *a: "trn2")   # the driver says: a trn2 device
+    with pytest.raises(BackendUnavailable) as exc:
+        NeuronBackend().build_command(_job(tmp_path, {"target": "trn3"}))
+    assert str(exc.value) == ("neuron: the build's target is trn3 but this host's device is trn2: the runtime keys "
+                              "NEFFs on the device's target and never reads NEURON_PLATFORM_TARGET_OVERRIDE")
+    assert NeuronBackend().build_command(_job(tmp_path, {"target": "trn2"})).argv

@@ -217,3 +217,16 @@ def test_cachekeeper_env_refuses_a_read_only_dest_in_one_line() -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: tpu: /proc/self/ck-hydrated")
     assert "is not writable" in lines[0] and lines[1].startswith("hint: ")
+
+
+def test_a_chip_option_on_another_chip_family_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v6e-8")
+    job = BuildJob(entry("tpu", "full"), ModelRef("m", "transformer", path=str(tmp_path / "m")),
+                   {"cache": str(tmp_path / "w" / "cache")}, {"chip": "v7x"}, str(tmp_path / "r.json"))
+    with pytest.raises(BackendUnavailable) as exc:
+        TPUBackend().build_command(job)
+    assert str(exc.value) == ("tpu: the build's chip is v7x but this host is v6e: its executables would be "
+                              "published under a v7x fingerprint")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v7x-8")
+    assert TPUBackend().build_command(job).argv   # the same job on a v7x host builds

@@ -139,6 +139,11 @@ class TPUBackend(DeviceBackend):
         return {self.env_var: str(dest), BACKUP_ENV: "0"}
 
     def build_command(self, job: BuildJob) -> BuildCommand:
+        chip, host = job.options.get("chip"), probes.host_chip(self.env)
+        if chip and host != probes.UNKNOWN and chip != host:
+            raise BackendUnavailable.of(self.name, f"the build's chip is {chip} but this host is {host}: its "
+                                        f"executables would be published under a {chip} fingerprint",
+                                        f"build {chip} entries on a {chip} host")
         cmd = super().build_command(job)
         if cmd.argv[1:3] == ["-m", "torch.distributed.run"]:
             # Tensor parallel: the package's launch helper sets the distributed env before torchrun.
