@@ -15,6 +15,7 @@ that reads it. Real packages have no such attribute and get the real device stri
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -54,14 +55,22 @@ class DeviceRuntime:
 
 
 def device_runtime(module: Any, tc: DeviceToolchain) -> DeviceRuntime:
-    """The runtime of an imported device package. Only simulated packages define `SIMULATION`."""
+    """The runtime of an imported device package. Only simulated packages define `SIMULATION`; they also
+    implement the runtime's own counter functions, which are read the same way (the simulation's extra
+    counts, e.g. `loaded_foreign`, are kept beside them)."""
     sim = getattr(module, "SIMULATION", None)
     if sim is None:
         stats = partial(runtime_counters, tc.counters) if tc.counters else None
         return DeviceRuntime(module.__name__, tc.device, tc.compile_backend, tc.dist_backend,
                              contextlib.nullcontext, stats, simulated=False)
+    sim_stats: Callable[[], dict[str, int]] = sim.stats
+    if tc.counters:
+        counters = tc.counters
+
+        def sim_stats() -> dict[str, int]:
+            return {**sim.stats(), **runtime_counters(counters)}
     return DeviceRuntime(module.__name__, sim.device, tc.compile_backend, tc.dist_backend, sim.eager_mode,
-                         sim.stats, simulated=True)
+                         sim_stats, simulated=True)
 
 
 def runtime_counters(counters: Mapping[str, str]) -> dict[str, int]:
@@ -199,9 +208,37 @@ def compile_for_mode(model: Any, mode: str, rt: DeviceRuntime, eager_modes: tupl
 
 
 def count_files(root: Path, pattern: Callable[[str, Path], bool]) -> int:
+    return len(artifact_digests(root, pattern))
+
+
+def artifact_digests(root: Path, pattern: Callable[[str, Path], bool]) -> dict[str, tuple[int, str]]:
+    """Every artifact under `root` by relpath: (size, sha256). What a server added or rewrote is what it
+    compiled, whatever its counters say."""
     if not root.is_dir():
-        return 0
-    return sum(1 for p in root.rglob("*") if p.is_file() and pattern(p.relative_to(root).as_posix(), p))
+        return {}
+    out: dict[str, tuple[int, str]] = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and not p.is_symlink() and pattern(rel, p):
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            out[rel] = (len(data), hashlib.sha256(data).hexdigest())
+    return out
+
+
+def files_diff(before: Mapping[str, tuple[int, str]], after: Mapping[str, tuple[int, str]]) -> dict[str, Any]:
+    """New, changed (size or sha256) and removed artifacts: names kept (at most 20 of each)."""
+    added = sorted(set(after) - set(before))
+    changed = sorted(k for k in set(after) & set(before) if after[k] != before[k])
+    removed = sorted(set(before) - set(after))
+    return {"added": len(added), "changed": len(changed), "removed": len(removed),
+            "added_names": added[:20], "changed_names": changed[:20], "removed_names": removed[:20]}
+
+
+def warn(line: str) -> None:
+    print(f"cachekeeper-build: warning: {line}", file=sys.stderr)
 
 
 def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
@@ -223,11 +260,43 @@ def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
     return total
 
 
+# The device check's server: a pipeline call unlike the build's (JSON {"steps", "prompt", "seed"}).
+SERVE_CALL_ENV = "CACHEKEEPER_SERVE_CALL"
+WARMUP_STEPS_OPTION = "warmup_steps"   # backend option: the step counts a pipeline warm-up runs ("4,28")
+
+
+def warmup_steps(options: Mapping[str, str]) -> list[int]:
+    raw = options.get(WARMUP_STEPS_OPTION, "")
+    try:
+        steps = [int(x) for x in raw.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise BuildFailed(f"{WARMUP_STEPS_OPTION} must be step counts separated by commas, not {raw!r}") from None
+    if any(n < 1 for n in steps):
+        raise BuildFailed(f"{WARMUP_STEPS_OPTION} must be positive step counts, not {raw!r}")
+    return steps
+
+
+def pipeline_calls(pipe: Any, job: BuildJob) -> list[dict[str, Any]]:
+    """The pipeline calls to make: the build's (one per `warmup_steps`, else one of the default count), or
+    the device check's server call (SERVE_CALL_ENV), which differs in steps, prompt and seed."""
+    from .pipeline_warmup import call_kwargs
+
+    serve = os.environ.get(SERVE_CALL_ENV)
+    if serve:
+        call = json.loads(serve)
+        return [call_kwargs(pipe, job.spec, job.model, prompt=str(call["prompt"]), steps=int(call["steps"]),
+                            seed=int(call["seed"]))]
+    steps = warmup_steps(job.options)
+    if not steps:
+        return [call_kwargs(pipe, job.spec, job.model)]
+    return [call_kwargs(pipe, job.spec, job.model, steps=n) for n in steps]
+
+
 def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...], *,
                  tensor_parallel: bool) -> Callable[[], Any]:
     """Load, shard, place and compile as the server does; returns the warm-up call: the whole pipeline
     (`warmup: pipeline`) or the component on its captured (or built) inputs."""
-    from .pipeline_warmup import call_kwargs, check_size, component_of, load_pipeline, place, warmup_kind
+    from .pipeline_warmup import check_size, component_of, load_pipeline, place, warmup_kind
 
     if warmup_kind(job.spec) == "pipeline":
         pipe = load_pipeline(job.model, torch_dtype(job.spec.dtype))
@@ -237,8 +306,8 @@ def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...],
             init_tensor_parallel(rt, model)
         place(pipe, job.model, rt.device)
         compile_for_mode(model, job.spec.mode, rt, eager_modes)
-        kwargs = call_kwargs(pipe, job.spec, job.model)
-        return lambda: pipe(**kwargs)
+        calls = pipeline_calls(pipe, job)
+        return lambda: [pipe(**kwargs) for kwargs in calls]
     model, inputs = component_and_inputs(job, rt.device)
     if tensor_parallel:
         init_tensor_parallel(rt, model)
@@ -248,13 +317,15 @@ def prepare_call(job: BuildJob, rt: DeviceRuntime, eager_modes: tuple[str, ...],
 
 
 def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
-              is_artifact: Callable[[str, Path], bool]) -> dict[str, Any]:
+              is_artifact: Callable[[str, Path], bool],
+              runtime_facts: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Load, (shard), place, compile, warm up once at the entry's shape; return the result record."""
     import torch
 
     t0 = time.perf_counter()
     cache = Path(job.roots[CACHE_ROOT])
-    before = count_files(cache, is_artifact)
+    digests = artifact_digests(cache, is_artifact)
+    before = len(digests)
     rank, size = world()
     call = prepare_call(job, rt, eager_modes, tensor_parallel=size > 1)
     t1 = time.perf_counter()
@@ -263,7 +334,8 @@ def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
         call()
     first_call = time.perf_counter() - t1
     stats = gather_stats(rt)
-    after = count_files(cache, is_artifact)
+    after_digests = artifact_digests(cache, is_artifact)
+    after = len(after_digests)
     counters: dict[str, int | None]
     if stats is not None:
         counters = {"compiled": stats.get("compiled", 0), "loaded": stats.get("loaded", 0), **stats}
@@ -276,6 +348,12 @@ def run_build(job: BuildJob, rt: DeviceRuntime, *, eager_modes: tuple[str, ...],
         "world_size": size, "counters": counters,
         "counters_source": "runtime" if stats is not None else "cache-dir diff",
         "artifacts": after,
+        # The cross-check of the counters: what this run wrote into the cache root (names, sizes, sha256).
+        "files": files_diff(digests, after_digests),
+        # Top dirs holding artifacts (TorchTPU: the platform fingerprint dirs the runtime used).
+        "top_dirs": sorted({k.split("/", 1)[0] for k in after_digests if "/" in k}),
+        # What the runtime itself reports about its key (Neuron: the platform target and LNC).
+        "runtime": runtime_facts() if runtime_facts is not None else {},
         "timings": {"first_call_s": round(first_call, 3), "total_s": round(time.perf_counter() - t0, 3)},
     }
 
@@ -293,6 +371,11 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
     if len(argv) != 1:
         print(f"usage: python -m {prog} '<job json>'", file=sys.stderr)
         return 2
+    from .toolchain import BUILD_WARNINGS_ENV
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in filter(None, os.environ.get(BUILD_WARNINGS_ENV, "").splitlines()):
+            warn(line)
     try:
         job = BuildJob.from_json(argv[0])
     except (ValueError, KeyError, TypeError) as exc:
@@ -330,11 +413,15 @@ def _close_process_group() -> None:
 
 def device_build(backend: DeviceBackend, job: BuildJob) -> dict[str, Any]:
     """The one build of every device backend: its `toolchain` says which package, device and modes."""
+    # Env the device package must see at import (Neuron: one core per tensor-parallel rank).
+    os.environ.update(backend.rank_env(os.environ))
     import torch  # noqa: F401  (before the device package, as autoload would)
 
     tc = backend.toolchain
     rt = load_device_package(tc, backend.name, backend.install_hint)
-    return run_build(job, rt, eager_modes=tc.eager_modes, is_artifact=partial(backend.include, CACHE_ROOT))
+    facts = backend.runtime_facts(job)   # before any compile: a build for another target stops here
+    return run_build(job, rt, eager_modes=tc.eager_modes, is_artifact=partial(backend.include, CACHE_ROOT),
+                     runtime_facts=lambda: facts)
 
 
 def device_main(backend: DeviceBackend, argv: list[str]) -> int:

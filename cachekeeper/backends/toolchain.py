@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import BackendUnavailable, ConfigError
 from ..format.fingerprint import Fingerprint
@@ -30,6 +30,9 @@ from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 # devices build.workers may split on this host (a host property, never part of the fingerprint).
 LOCATION_OPTIONS = frozenset({"device", "import_from", "cores", "chips"})
 PIN_SUFFIX = "_version"
+# Warnings the host side hands a build subprocess (one per line): build_main prints each as one
+# `cachekeeper-build: warning:` line, so they land in the build log the worker keeps.
+BUILD_WARNINGS_ENV = "CACHEKEEPER_BUILD_WARNINGS"
 
 # --- versions and pins -------------------------------------------------------------------------------
 
@@ -243,6 +246,9 @@ class DeviceToolchain:
     entry_point: str | None = None
     # The runtime's own counters, name -> "module:function" returning an int ("compiled", "loaded", ...).
     counters: Mapping[str, str] = field(default_factory=dict)
+    # Host settings that change artifact bytes without changing the runtime's key, var -> why: a build
+    # drops them, with one warning (a build must write what a server with the default would compile).
+    dropped_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class DeviceBackend(PackagedBackend):
@@ -265,7 +271,16 @@ class DeviceBackend(PackagedBackend):
         fields.update(self.toolchain_fields(options))
         fields.update(env_fields(self.env, self.toolchain.other_env))
         fields.update(option_fields(options, self.field_options | frozenset(self.toolchain.knobs)))
-        return Fingerprint.of(self.name, fields)
+        fp = Fingerprint.of(self.name, fields)
+        # What `env_exports` re-exports: the boot path computes the fingerprint, then asks for the env.
+        self._fingerprint = fp
+        return fp
+
+    def last_fingerprint(self) -> Fingerprint:
+        """The fingerprint this instance computed last (hydrate computes it before `env_exports`), else the
+        host's with no options."""
+        fp: Fingerprint | None = getattr(self, "_fingerprint", None)
+        return fp if fp is not None else self.fingerprint({})
 
     def include(self, root: str, relpath: str, path: Path) -> bool:
         # Only the runtime's entries at their own path (never its temps); an empty one is a miss to it.
@@ -273,6 +288,17 @@ class DeviceBackend(PackagedBackend):
 
     def build_env(self, job: BuildJob) -> dict[str, str]:
         """Env a build adds for this backend (beyond the cache root and the knobs the config sets)."""
+        return {}
+
+    # build side (called in the build subprocess, around the device package's import) ----------------
+
+    def rank_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Env to set in a build process before the device package is imported (one rank's devices)."""
+        return {}
+
+    def runtime_facts(self, job: BuildJob) -> dict[str, Any]:
+        """What the loaded runtime says about its own key, recorded in the build result; raises when it
+        contradicts the fingerprint the build will be published under."""
         return {}
 
     def build_command(self, job: BuildJob) -> BuildCommand:
@@ -291,4 +317,15 @@ class DeviceBackend(PackagedBackend):
         for var, value in tc.cache_off.items():
             if var in cmd.env and value in (None, cmd.env[var]):
                 del cmd.env[var]
+        dropped = [var for var in tc.dropped_env if var in cmd.env]
+        for var in dropped:
+            del cmd.env[var]
+        if dropped:
+            why = "; ".join(dict.fromkeys(tc.dropped_env[v] for v in dropped))
+            add_build_warning(cmd.env, f"{self.name}: the build drops {', '.join(dropped)} ({why})")
         return cmd
+
+
+def add_build_warning(env: dict[str, str], line: str) -> None:
+    """Queue one warning line for the build subprocess to print (BUILD_WARNINGS_ENV)."""
+    env[BUILD_WARNINGS_ENV] = "\n".join(filter(None, [env.get(BUILD_WARNINGS_ENV, ""), line]))

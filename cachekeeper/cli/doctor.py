@@ -90,17 +90,15 @@ def _device_check(names: list[str], options_of: Any, config: Any, mode: str, mod
     check = run_device_check(backend, options_of(config, backend.name), mode=mode,
                              model=Path(model_dir) if model_dir else None, serve_env=env)
     if as_json:
-        click.echo(json.dumps({"backend": check.backend, "mode": check.mode, "fingerprint": check.fingerprint,
-                               "prebuild": dict(check.prebuild), "served": dict(check.served),
-                               "counters_source": check.source, "published": check.published, "ok": check.ok},
-                              indent=1, sort_keys=True))
+        click.echo(json.dumps(check.to_json(), indent=1, sort_keys=True))
     else:
         for line in check.lines():
             click.echo(line)
     if (failure := check.failure()) is not None:
         raise failure
     if not as_json:
-        click.echo("  ok: the server compiled nothing; run this again after every toolchain upgrade")
+        click.echo("  ok: the server compiled nothing and wrote nothing; run this again after every toolchain "
+                   "upgrade")
 
 
 def _echo_text(rows: list[dict[str, Any]]) -> None:

@@ -40,6 +40,12 @@ def main() -> dict[str, Any]:
         facts["loader_error"] = exc.reason
     facts["load_calls"] = len(calls)
     facts["counters"] = runtime_counters(TOOLCHAIN.counters)
+    from torch_tpu._internal.device import _device_ops_backend as ops
+
+    stats = ops._get_cache_stats()
+    facts["stats_fields"] = sorted(a for a in ("num_cache_reqs", "num_cache_hits", "per_entry_stats")
+                                   if hasattr(stats, a))
+    facts["ops_so"] = str(Path(ops.__file__))
 
     from torch_tpu._internal.utils import hardware
 

@@ -14,6 +14,7 @@ import pytest
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
 from cachekeeper.backends.neuron.probes import family_of, probe_target
+from cachekeeper.bounds import BUILD_TIMEOUT
 from cachekeeper.errors import BackendUnavailable, ConfigError
 from tests.simulated.harness import apply_change, clear_device_env, entry, install
 
@@ -71,11 +72,42 @@ def test_irrelevant_differences_do_not_separate_toolchains(monkeypatch: pytest.M
     assert after.id == before.id
 
 
-def test_cc_flags_compare_whitespace_insensitively(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer  -O1")
-    a = NeuronBackend().fingerprint(BASE)
-    monkeypatch.setenv("NEURON_CC_FLAGS", " --model-type=transformer -O1 ")
-    assert NeuronBackend().fingerprint(BASE).id == a.id
+def test_cc_flags_are_fingerprinted_byte_for_byte_as_the_runtime_keys_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.1.0 KernelExecution.cpp keys on the raw NEURON_CC_FLAGS (spaces as `_`): two spellings, two keys."""
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer -O1")
+    canonical = NeuronBackend().fingerprint(BASE)
+    assert canonical.get("cc_flags") == "--model-type=transformer -O1"
+    monkeypatch.setenv("NEURON_CC_FLAGS", " --model-type=transformer  -O1")
+    spelled = NeuronBackend().fingerprint(BASE)
+    assert spelled.id != canonical.id and spelled.get("cc_flags") == " --model-type=transformer  -O1"
+
+
+def test_a_canonical_flags_string_keeps_the_fingerprint_of_earlier_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only spellings that whitespace-normalising changed get a new fingerprint id (docs/backends.md): the
+    field of a canonical string is the value earlier releases recorded (normalize_flags), so the id holds."""
+    from cachekeeper.backends.toolchain import normalize_flags
+
+    for flags in ("--auto-cast=none -O1", "", "--a  --b", " --a"):
+        monkeypatch.setenv("NEURON_CC_FLAGS", flags)
+        field = NeuronBackend().fingerprint(BASE).get("cc_flags")
+        assert (field == normalize_flags(flags)) is (flags == normalize_flags(flags))
+
+
+def test_hydrate_exports_the_exact_flags_lnc_and_opt_level_of_the_fingerprint(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    backend = NeuronBackend()
+    backend.fingerprint({**BASE, "cc_flags": "--a=1  --b", "logical_nc_config": "1", "opt_level": "3"})
+    assert backend.env_exports(tmp_path) == {
+        "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "NEURON_CC_FLAGS": "--a=1  --b",
+        "NEURON_LOGICAL_NC_CONFIG": "1", "NEURON_COMPILER_OPT_LEVEL": "3"}
+
+
+def test_flags_spelled_differently_from_the_builds_are_one_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--a=1 --b")
+    warnings = NeuronBackend().env_warnings({**BASE, "cc_flags": "--a=1  --b"})
+    assert [w for w in warnings if "NEURON_CC_FLAGS" in w] == [
+        "NEURON_CC_FLAGS='--a=1 --b' is spelled differently from the build's cc_flags '--a=1  --b': the runtime "
+        "keys on the exact string; hydrate --print-env exports the build's"]
 
 
 def test_an_invalid_target_option_is_a_config_error() -> None:
@@ -140,7 +172,73 @@ def test_build_command_points_the_runtime_at_the_fresh_root(tmp_path: Path, monk
     # Lock files live beside the cache root, never inside it.
     assert env["TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"] == str(tmp_path / "w" / "neff_locks")
     assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
-    assert env["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn3" and env["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    # 0.1.0 never reads the override: the device sets the target (the build checks it, build side)
+    assert "NEURON_PLATFORM_TARGET_OVERRIDE" not in env
     assert "TORCH_NEURONX_NEFF_DISABLE_CACHE" not in env
+    # counters on, no NKI trace cache from another run, no lock broken before the build times out
+    assert env["TORCH_NEURONX_METRICS_ENABLED"] == "1" and env["NKI_ENABLE_TRACE_CACHE"] == "0"
+    assert int(env["TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"]) >= BUILD_TIMEOUT.high
 
 
+def test_a_build_drops_settings_that_change_neff_bytes_but_not_the_key_with_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("NEURON_FRAMEWORK_DEBUG", "NKI_DEBUG_INFO", "XLA_IR_DEBUG", "XLA_HLO_DEBUG"):
+        monkeypatch.setenv(var, "1")
+    env = NeuronBackend().build_command(_job(tmp_path)).env
+    assert not {"NEURON_FRAMEWORK_DEBUG", "NKI_DEBUG_INFO", "XLA_IR_DEBUG", "XLA_HLO_DEBUG"} & set(env)
+    assert env["CACHEKEEPER_BUILD_WARNINGS"] == (
+        "neuron: the build drops NEURON_FRAMEWORK_DEBUG, NKI_DEBUG_INFO, XLA_IR_DEBUG, XLA_HLO_DEBUG "
+        "(it changes NEFF bytes but not the runtime's key)")
+
+
+@pytest.mark.parametrize(("visible", "rank", "cores"), [("4-7", 0, "4"), ("4-7", 1, "5"), ("2", 1, "3"),
+                                                        ("6,7", 1, "7")])
+def test_each_tensor_parallel_rank_gets_one_core_of_the_slot(visible: str, rank: int, cores: str) -> None:
+    env = {"NEURON_RT_VISIBLE_CORES": visible, "WORLD_SIZE": "2", "LOCAL_RANK": str(rank)}
+    assert NeuronBackend().rank_env(env) == {"NEURON_RT_VISIBLE_CORES": cores}
+    assert NeuronBackend().rank_env({**env, "WORLD_SIZE": "1"}) == {}      # one process: the whole slot
+    assert NeuronBackend().rank_env({"WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == {}   # unset: the runtime binds
+
+
+@pytest.mark.parametrize(("rel", "kept"), [
+    ("ab/cd/abcd0123456789abcdef0123456789ab.neff", True),
+    ("ab/cd/ab000123456789abcdef0123456789ab.neff", False),      # shard dirs are the key's first bytes
+    (f"{'e' * 64}/{'e' * 64}.neff", True),                      # the Python path (NEURON_LAUNCH_BLOCKING=1)
+    (f"{'e' * 64}/{'f' * 64}.neff", False),
+    (f"{'e' * 64}/tmpab12cd.tmp", False),
+])
+def test_include_keeps_both_neff_layouts(rel: str, kept: bool, tmp_path: Path) -> None:
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"neff")
+    assert NeuronBackend().include("cache", rel, path) is kept
+
+
+
+
+def test_cachekeeper_env_exports_the_builds_exact_flags(tmp_path: Path) -> None:
+    import shlex
+
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+
+    _register()
+    result = CliRunner().invoke(cli, ["env", "--backend", "neuron", "--dest", str(tmp_path), "--option",
+                                      "target=trn2", "--option", "cc_flags=--a=1  --b"])
+    assert result.exit_code == 0, result.output
+    assert f"export NEURON_CC_FLAGS={shlex.quote('--a=1  --b')}" in result.stdout.splitlines()
+    assert "export NEURON_LOGICAL_NC_CONFIG=2" in result.stdout.splitlines()
+
+
+def test_a_target_option_on_another_device_family_is_refused_before_the_build(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    from cachekeeper.backends.neuron import probes
+
+    monkeypatch.setattr(probes, "from_sysfs", lambda *a: "trn2")   # the driver says: a trn2 device
+    with pytest.raises(BackendUnavailable) as exc:
+        NeuronBackend().build_command(_job(tmp_path, {"target": "trn3"}))
+    assert str(exc.value) == ("neuron: the build's target is trn3 but this host's device is trn2: the runtime keys "
+                              "NEFFs on the device's target and never reads NEURON_PLATFORM_TARGET_OVERRIDE")
+    assert NeuronBackend().build_command(_job(tmp_path, {"target": "trn2"})).argv

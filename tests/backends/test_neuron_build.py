@@ -6,13 +6,14 @@ Each build is a subprocess importing torch and diffusers and compiling a tiny Fl
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cachekeeper.backends.base import ModelRef
+from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
 from tests.simulated.harness import (
     clear_device_env,
@@ -105,3 +106,46 @@ def test_a_tensor_parallel_build_runs_its_ranks_under_torchrun(full: tuple[Path,
     assert result["counters"]["compiled"] == len(files)
     assert result["counters"]["compiled"] + result["counters"]["loaded"] == 2 * len(files)
     assert not set(files) & set(files_under(full[0]))  # a sharded graph is another NEFF
+
+
+def test_a_build_records_the_runtimes_own_target_and_lnc(full: tuple[Path, dict[str, Any]]) -> None:
+    assert full[1]["runtime"] == {"platform_target": "trn2", "lnc": "2"}
+
+
+def test_a_build_whose_device_is_another_target_fails_in_one_line(host: Path, flux: ModelRef, tmp_path: Path) -> None:
+    """0.1.0 takes the target from the device, never from NEURON_PLATFORM_TARGET_OVERRIDE: a trn2 entry
+    built on a trn3 device would publish trn3 NEFFs under a trn2 fingerprint."""
+    roots = NeuronBackend().build_roots(tmp_path)
+    roots["cache"].mkdir(parents=True)
+    job = BuildJob(entry("neuron", "full"), flux, {k: str(v) for k, v in roots.items()},
+                   {"target": "trn2", "text_len": "8"}, str(tmp_path / "result.json"))
+    cmd = NeuronBackend().build_command(job)
+    cmd.env["SIM_NEURON_TARGET"] = "trn3"   # the simulated device
+    proc = subprocess.run(cmd.argv, env=cmd.env, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 1
+    errors = [ln for ln in proc.stderr.splitlines() if "error:" in ln]
+    assert errors == ["cachekeeper-build: error: neuron: the build's target is trn2 but the runtime compiles for "
+                      "trn3 (torch_neuronx.utils.get_platform_target()): the NEFFs would be published under the "
+                      "wrong target"]
+    assert "Traceback" not in proc.stderr and files_under(roots["cache"]) == []   # stopped before compiling
+
+
+def test_sync_eager_writes_the_python_layout_and_a_hydrated_copy_serves_it(host: Path, flux: ModelRef,
+                                                                           tmp_path: Path) -> None:
+    sync = {"NEURON_LAUNCH_BLOCKING": "1"}
+    first = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "a", env=sync)
+    files = only_neffs(tmp_path / "a" / "cache")
+    assert all(len(f.split("/")[0]) == 64 for f in files) and first["counters"]["compiled"] == len(files)
+    publish_and_hydrate(NeuronBackend(), OPTIONS, entry("neuron", "eager"), tmp_path / "a", tmp_path / "b" / "cache")
+    served = run_build(NeuronBackend(), entry("neuron", "eager"), flux, tmp_path / "b", env=sync)
+    assert (served["counters"]["compiled"], served["files"]["added"]) == (0, 0)
+
+
+def test_without_metrics_the_runtime_counts_nothing_and_the_files_still_tell(host: Path, flux: ModelRef,
+                                                                            tmp_path: Path) -> None:
+    """Why builds and the check's server run with TORCH_NEURONX_METRICS_ENABLED=1."""
+    result = run_build(NeuronBackend(), entry("neuron", "full"), flux, tmp_path,
+                       env={"TORCH_NEURONX_METRICS_ENABLED": "0"})
+    assert result["counters"]["compiled"] == result["counters"]["loaded"] == 0
+    assert result["files"]["added"] == len(only_neffs(tmp_path / "cache")) > 0

@@ -12,7 +12,8 @@ import pytest
 
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.tpu import TPUBackend
-from cachekeeper.errors import BackendUnavailable, ConfigError
+from cachekeeper.backends.tpu.probes import PRIVATE_TIER2_PREFIX, remove_private_tier2
+from cachekeeper.errors import BackendUnavailable, ConfigError, DestinationError
 from tests.simulated.harness import apply_change, clear_device_env, entry, install
 
 BASE = {"chip": "v6e", "topology": "2x4"}
@@ -75,7 +76,7 @@ def test_an_unknown_chip_option_is_a_config_error() -> None:
 def test_boot_hook_refuses_a_disabled_tier2_because_tier3_dies_with_it(monkeypatch: pytest.MonkeyPatch,
                                                                        tmp_path: Path) -> None:
     backend, var = TPUBackend(), "TORCH_TPU_TIER2_COMPILATION_CACHE"
-    assert backend.env_exports(tmp_path) == {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": str(tmp_path)}
+    assert backend.env_exports(tmp_path)["TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"] == str(tmp_path)
     monkeypatch.setenv(var, "disabled")
     with pytest.raises(BackendUnavailable, match=f"{var}=disabled turns off tier 2") as exc:
         backend.env_exports(tmp_path)
@@ -96,11 +97,55 @@ def test_only_exactly_disabled_turns_tier2_off(var: str, value: str, monkeypatch
     assert not any("tier 2" in w for w in TPUBackend().env_warnings({}))
 
 
-def test_a_build_drops_a_host_setting_that_disables_tier2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_build_replaces_a_host_setting_that_disables_tier2_with_one_warning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TORCH_TPU_TIER2_COMPILATION_CACHE", "disabled")
     env = TPUBackend().build_command(_job(tmp_path, "eager")).env
-    assert "TORCH_TPU_TIER2_COMPILATION_CACHE" not in env
+    assert env["TORCH_TPU_TIER2_COMPILATION_CACHE"].startswith(PRIVATE_TIER2_PREFIX)
     assert env["TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"] == str(tmp_path / "w" / "cache")
+    warning = env["CACHEKEEPER_BUILD_WARNINGS"]
+    assert warning.count("\n") == 0 and "TORCH_TPU_TIER2_COMPILATION_CACHE=disabled on this host" in warning
+
+
+def test_every_build_gets_a_tier2_cache_of_its_own(tmp_path: Path) -> None:
+    """A tier-2 hit never writes tier 3 ([dev] compilation_cache.cc): a build sharing the host's tier 2
+    (name `default`) would leave graphs another build compiled out of its snapshot."""
+    names = {TPUBackend().build_command(_job(tmp_path, "eager")).env["TORCH_TPU_TIER2_COMPILATION_CACHE"]
+             for _ in range(3)}
+    assert len(names) == 3 and not names & {"default", "disabled", ""}
+    assert "CACHEKEEPER_BUILD_WARNINGS" not in TPUBackend().build_command(_job(tmp_path, "eager")).env
+
+
+def test_the_private_tier2_dir_is_removed_and_a_failure_to_remove_is_one_warning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    env = {"CACHEKEEPER_TPU_TIER2_BASE": str(shm), "TORCH_TPU_TIER2_COMPILATION_CACHE": "cachekeeper-0123"}
+    (shm / "cachekeeper-0123" / K).mkdir(parents=True)
+    (shm / "cachekeeper-0123" / K / "x.bin").write_bytes(b"x")
+    assert remove_private_tier2(env) is None and not (shm / "cachekeeper-0123").exists()
+    assert remove_private_tier2(env) is None                     # already gone: nothing to say
+    (shm / "cachekeeper-0123").write_bytes(b"not a dir")          # rmtree fails on it, as on a busy mount
+    warning = remove_private_tier2(env)
+    assert warning is not None and warning.startswith(f"tpu: cannot remove the build's private tier-2 cache {shm}")
+    user = {**env, "TORCH_TPU_TIER2_COMPILATION_CACHE": "default"}
+    (shm / "default").mkdir()
+    assert remove_private_tier2(user) is None and (shm / "default").is_dir()   # never a name we did not make
+
+
+def test_boot_env_turns_backup_compilation_off_and_refuses_a_read_only_dest(tmp_path: Path) -> None:
+    exports = TPUBackend().env_exports(tmp_path / "hydrated")   # not there yet: its parent must be writable
+    assert exports["TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_LOCAL_BACKUP_TASK"] == "0"
+    with pytest.raises(DestinationError) as exc:
+        TPUBackend().env_exports(Path("/proc/self/ck-hydrated"))   # no process, root included, creates dirs there
+    assert exc.value.message.startswith("tpu: /proc/self/ck-hydrated is not writable (")
+    assert "\n" not in exc.value.message
+
+
+def test_a_slot_sets_tpu_visible_devices_with_tpu_visible_chips() -> None:
+    """[dev] environment.cc, InitializeSingleDeviceEnvironment rewrites TPU_VISIBLE_CHIPS from
+    TPU_VISIBLE_DEVICES (default "0"): a slot that set only the first would run on chip 0."""
+    env = TPUBackend().device_env([3])
+    assert env["TPU_VISIBLE_DEVICES"] == env["TPU_VISIBLE_CHIPS"] == "3"
 
 
 # --- pins, availability ----------------------------------------------------------------------------
@@ -159,3 +204,29 @@ def test_include_keeps_both_name_forms_and_drops_their_temps(name: str, tmp_path
     assert not backend.include("cache", f"{K}/{temp.name}", temp)
 
 
+
+
+def test_cachekeeper_env_refuses_a_read_only_dest_in_one_line() -> None:
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+
+    _register()
+    result = CliRunner().invoke(cli, ["env", "--backend", "tpu", "--dest", "/proc/self/ck-hydrated"])
+    assert result.exit_code == 9, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: tpu: /proc/self/ck-hydrated")
+    assert "is not writable" in lines[0] and lines[1].startswith("hint: ")
+
+
+def test_a_chip_option_on_another_chip_family_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v6e-8")
+    job = BuildJob(entry("tpu", "full"), ModelRef("m", "transformer", path=str(tmp_path / "m")),
+                   {"cache": str(tmp_path / "w" / "cache")}, {"chip": "v7x"}, str(tmp_path / "r.json"))
+    with pytest.raises(BackendUnavailable) as exc:
+        TPUBackend().build_command(job)
+    assert str(exc.value) == ("tpu: the build's chip is v7x but this host is v6e: its executables would be "
+                              "published under a v7x fingerprint")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v7x-8")
+    assert TPUBackend().build_command(job).argv   # the same job on a v7x host builds

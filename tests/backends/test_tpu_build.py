@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from cachekeeper.backends.base import ModelRef
+from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.tpu import TPUBackend
+from cachekeeper.format.spec import Shape
 from tests.simulated.harness import (
     clear_device_env,
     entry,
@@ -24,6 +25,7 @@ from tests.simulated.harness import (
     make_tiny_flux,
     publish_and_hydrate,
     run_build,
+    tier2_dirs,
 )
 
 pytestmark = pytest.mark.torch
@@ -152,3 +154,41 @@ def test_a_tensor_parallel_build_in_a_slot_starts_through_the_launch_helper_and_
     assert served["counters"]["compiled"] == 0
     # summed over both ranks: one of them may load what the other just wrote
     assert served["counters"]["loaded"] == first["counters"]["compiled"] + first["counters"]["loaded"]
+
+
+def test_two_entries_that_share_graphs_built_on_one_host_each_serve_alone_with_0_compiles(
+        host: Path, flux: ModelRef, tmp_path: Path) -> None:
+    """Tier 2 (/dev/shm) is shared by the host's processes and a tier-2 hit never writes tier 3 ([dev]
+    compilation_cache.cc, GetFromTier2OrCompile). Two eager entries share their text-side ops: built one
+    after the other, the second must still write them into its own tier-3 root, or its manifest alone
+    leaves them to compile on a fresh server (another host: an empty /dev/shm)."""
+    small, tall = entry("tpu", "eager"), entry("tpu", "eager", shape=Shape(64, 128, 1))
+    run_build(TPUBackend(), small, flux, tmp_path / "a")
+    run_build(TPUBackend(), tall, flux, tmp_path / "b")
+    a, b = files_under(tmp_path / "a" / "cache"), files_under(tmp_path / "b" / "cache")
+    assert set(a) & set(b)                   # the shared graphs are in both snapshots
+    assert tier2_dirs() == []                # each build removed its private tier-2 cache
+    for spec, built, name in ((small, tmp_path / "a", "sa"), (tall, tmp_path / "b", "sb")):
+        publish_and_hydrate(TPUBackend(), OPTIONS, spec, built, tmp_path / name / "cache")
+        fresh = str(tmp_path / f"{name}-shm")   # a serving host of its own
+        served = run_build(TPUBackend(), spec, flux, tmp_path / name,
+                           env={"SIM_TPU_SHM": fresh, "CACHEKEEPER_TPU_TIER2_BASE": fresh})
+        assert served["counters"]["compiled"] == 0, name
+        assert served["files"]["added"] == served["files"]["changed"] == 0, name
+
+
+def test_a_build_on_a_host_with_tier2_disabled_says_so_in_one_warning_line(host: Path, flux: ModelRef,
+                                                                          tmp_path: Path) -> None:
+    """The module's host has TORCH_TPU_TIER2_COMPILATION_CACHE=disabled: the build runs with a private name."""
+    workdir = tmp_path / "w"
+    roots = TPUBackend().build_roots(workdir)
+    roots["cache"].mkdir(parents=True)
+    job = BuildJob(entry("tpu", "full"), flux, {k: str(v) for k, v in roots.items()}, {"text_len": "8"},
+                   result_path=str(workdir / "result.json"))
+    cmd = TPUBackend().build_command(job)
+    proc = subprocess.run(cmd.argv, env=cmd.env, cwd=workdir, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [ln for ln in proc.stderr.splitlines() if ln.startswith("cachekeeper-build: warning:")]
+    assert len(warnings) == 1 and "TORCH_TPU_TIER2_COMPILATION_CACHE=disabled on this host" in warnings[0]
+    assert files_under(roots["cache"])       # tier 3 was written

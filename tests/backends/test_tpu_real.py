@@ -103,8 +103,31 @@ def test_on_a_cpu_host_the_loader_reports_no_chip_not_a_missing_package() -> Non
 
 
 def test_the_runtime_counters_are_callable() -> None:
-    assert set(facts()["counters"]) == {"compiled", "loaded", "requests"}
+    """cachekeeper.backends.tpu.counters reads `_get_cache_stats()` of the real package (0 on a CPU host)."""
+    assert set(facts()["counters"]) == {"compiled", "loaded", "requests", "tier1_misses"}
     assert all(isinstance(v, int) for v in facts()["counters"].values())
+    assert facts()["stats_fields"] == ["num_cache_hits", "num_cache_reqs", "per_entry_stats"]
+
+
+@cache
+def ops_so() -> bytes:
+    return Path(facts()["ops_so"]).read_bytes()
+
+
+@pytest.mark.parametrize(("text", "where", "what"), [
+    ("_get_cache_stats", "ops", "the PerfStats binding the device check counts with"),
+    ("per_entry_stats", "ops", "the per-entry stats (compiled = compilation_duration > 0)"),
+    ("compilation_duration", "ops", "the per-entry compile time (zero for tier-2/3 loads)"),
+    ("num_cache_reqs", "ops", "the request count"),
+    ("TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_LOCAL_BACKUP_TASK", "glue", "the backup-compilation switch"),
+    ("TPU_VISIBLE_DEVICES", "glue", "the single-device placement variable a slot sets with TPU_VISIBLE_CHIPS"),
+    ("InitializeSingleDeviceEnvironment", "glue", "the single-device env rewrite"),
+    ("/dev/shm/torch_tpu_cache", "glue", "the tier-2 directory a build's private name lives in"),
+])
+def test_the_release_still_has_every_name_the_device_check_and_builds_rely_on(text: str, where: str,
+                                                                            what: str) -> None:
+    data = ops_so() if where == "ops" else glue()
+    release_fact(text.encode() in data, f"{what} ({text!r})")
 
 
 # --- versions and the libtpu binary ----------------------------------------------------------------

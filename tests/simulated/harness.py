@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -29,6 +30,11 @@ DEVICE_ENV = (
     "TORCH_TPU_TOPOLOGY", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS",
     "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID",
     "TORCH_DEVICE_BACKEND_AUTOLOAD", "SIM_TPU_CHIP", "CACHEKEEPER_TPU_CHIP_LOCK", "CACHEKEEPER_BACKENDS",
+    "TORCH_NEURONX_METRICS_ENABLED", "NEURON_LAUNCH_BLOCKING", "NEURON_RT_VISIBLE_CORES", "NKI_ENABLE_TRACE_CACHE",
+    "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT", "NEURON_FRAMEWORK_DEBUG", "NKI_DEBUG_INFO", "XLA_IR_DEBUG",
+    "XLA_HLO_DEBUG", "TPU_VISIBLE_DEVICES", "TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_LOCAL_BACKUP_TASK",
+    "CACHEKEEPER_BUILD_WARNINGS", "CACHEKEEPER_SERVE_CALL", "SIM_TPU_SHM", "CACHEKEEPER_TPU_TIER2_BASE",
+    "WORLD_SIZE", "LOCAL_RANK", "RANK",
 )
 
 
@@ -44,7 +50,18 @@ def install(mp: pytest.MonkeyPatch, site_dir: Path, **overrides: str | None) -> 
     site = make_site(site_dir, versions)
     mp.syspath_prepend(str(site))
     mp.setenv("PYTHONPATH", pythonpath(site, packages=True))
+    # The simulated host's /dev/shm/torch_tpu_cache (tier 2), as the simulation and cachekeeper both see it.
+    if not os.environ.get("SIM_TPU_SHM"):
+        shm = site_dir.parent / "shm-torch_tpu_cache"
+        mp.setenv("SIM_TPU_SHM", str(shm))
+        mp.setenv("CACHEKEEPER_TPU_TIER2_BASE", str(shm))
     return site
+
+
+def tier2_dirs() -> list[str]:
+    """The tier-2 caches (names) on the simulated host."""
+    shm = Path(os.environ["SIM_TPU_SHM"])
+    return sorted(p.name for p in shm.iterdir()) if shm.is_dir() else []
 
 
 def apply_change(change: str, base: Mapping[str, str], mp: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:

@@ -8,8 +8,12 @@ key's id_key is set. The platform fingerprint covers a binary-version constant a
 C API versions; the compile-options key covers XLA_FLAGS, LIBTPU_INIT_ARGS, the device assignment, effort
 levels and argument shapes. Neither covers the chip generation, the topology or the torch_tpu/libtpu
 versions: our fingerprint adds them. Tier 3 works only while tier 2 is on:
-TORCH_TPU_TIER2_COMPILATION_CACHE=disabled turns both off with one INFO line, so builds unset it and
-boot hooks refuse it.
+TORCH_TPU_TIER2_COMPILATION_CACHE=disabled turns both off with one INFO line, so boot hooks refuse it.
+
+Tier 2 (/dev/shm/torch_tpu_cache/<name>) is shared by every process of the host, and a tier-2 hit never
+writes tier 3 ([dev] compilation_cache.cc, GetFromTier2OrCompile): so every build (and the device check's
+server) runs with a tier-2 name of its own, removed when it ends, and writes everything it uses to tier 3.
+The runtime's hit/miss counters count tier 1 only; `counters.py` reads `_get_cache_stats()` instead.
 
 Fingerprint fields:
   torch, torch_tpu, libtpu   versions from importlib.metadata
@@ -24,16 +28,18 @@ Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not r
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from ...errors import BackendUnavailable
-from ..base import BuildCommand, BuildJob
-from ..toolchain import DeviceBackend, DeviceToolchain, require_choice
+from ...errors import BackendUnavailable, DestinationError
+from ..base import CACHE_ROOT, BuildCommand, BuildJob
+from ..toolchain import DeviceBackend, DeviceToolchain, add_build_warning, require_choice
 from . import probes
-from .probes import TIER2_ENV, TIER2_OFF
+from .probes import BACKUP_ENV, TIER2_ENV, TIER2_OFF
 
 DISTS = ("torch", "torch-tpu", "libtpu")
 INSTALL_HINT = "pip install torch-tpu (from the package registry; it brings libtpu)"
@@ -41,6 +47,7 @@ CHIPS = ("v6e", "v7x")
 LAUNCH_MODULE = "cachekeeper.backends.tpu.launch"
 DEFER_ENV = "TORCH_TPU_DEFER_AND_FUSE"
 
+_COUNTERS = "cachekeeper.backends.tpu.counters"
 _OPS = "torch_tpu._internal.device._device_ops_backend"
 # Every env var this backend sets or reads that belongs to the runtime's vocabulary (each must exist in the
 # released package: tests/backends/test_tpu_real.py looks them up in its Python files and binaries).
@@ -49,7 +56,7 @@ RUNTIME_ENV = (
     "LIBTPU_INIT_ARGS", "TORCH_TPU_INTERNAL_XLA_OPTIONS", "TORCH_DEVICE_BACKEND_AUTOLOAD",
     probes.ACCELERATOR_ENV, probes.TOPOLOGY_ENV, "TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS",
     "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID",
-    "WORLD_SIZE", "TORCH_TPU_SLICEBUILDER_ADDRESSES",
+    "WORLD_SIZE", "TORCH_TPU_SLICEBUILDER_ADDRESSES", "TPU_VISIBLE_DEVICES", BACKUP_ENV,
 )
 
 # option -> (env var the runtime reads, default); each is one fingerprint field.
@@ -65,14 +72,18 @@ TOOLCHAIN = DeviceToolchain(
     # id_key); the runtime's temps, `<entry>.bin.<host>-<tid hex>-<pid>-<us hex>.<n>.tmp`, never end in .bin.
     artifact=re.compile(r"[0-9a-f]{16}/[0-9a-f]{16}_[0-9a-f]{16}_[0-9a-f]{16}(_[^/]+)?\.bin"),
     knobs=KNOBS, other_env=("TORCH_TPU_INTERNAL_XLA_OPTIONS",),
-    # A build must write tier 3, which needs tier 2: it drops a host setting that disables it.
+    # A build must write tier 3, which needs tier 2: it replaces a host setting that disables it (with its
+    # private tier-2 name, TPUBackend.build_env).
     cache_off={TIER2_ENV: TIER2_OFF},
     # 0.2.0 registers the `tpu` device in `torch_tpu._loader:load`, its `torch.backends` entry point; a
     # build runs it itself, since `import torch_tpu` under TORCH_DEVICE_BACKEND_AUTOLOAD=0 does not.
     entry_point="torch_tpu",
-    # The compilation cache's own hit/miss counters (callable in 0.2.0, also without a chip).
-    counters={"compiled": f"{_OPS}:_get_cache_misses", "loaded": f"{_OPS}:_get_cache_hits",
-              "requests": f"{_OPS}:_get_cache_requests"},
+    # Graphs this process compiled itself / loaded from tier 2 or 3, from `_get_cache_stats()`'s
+    # per-entry compilation durations (the hit/miss counters count tier 1 only).
+    counters={"compiled": f"{_COUNTERS}:compiled", "loaded": f"{_COUNTERS}:loaded",
+              "requests": f"{_COUNTERS}:requests",
+              # kept beside them to show the difference: what the old mapping (compiled = misses) read
+              "tier1_misses": f"{_OPS}:_get_cache_misses"},
 )
 
 
@@ -117,18 +128,37 @@ class TPUBackend(DeviceBackend):
         if var := probes.tier2_disabled_by(self.env):
             raise BackendUnavailable.of("tpu", f"{var}=disabled turns off tier 2, and tier 3 (the hydrated "
                                         "cache) with it", f"unset {var} before the server starts")
-        return {self.env_var: str(dest)}
+        if (blocked := unwritable(dest)) is not None:
+            # [dev] tier3_compilation_cache.cc, EnsureTier3CacheDirExistsOnceOrDie: the runtime aborts when it
+            # cannot create <root>/<platform fp>, and it writes every new compile there.
+            raise DestinationError(f"tpu: {dest} is not writable ({blocked}): the TorchTPU runtime aborts when it "
+                                   "cannot create its platform dir in the tier-3 root, and writes new compiles there")
+        # A hydrated root is a local dir: a tier-3 read is a file read, so the runtime's backup compile (on by
+        # default, raced against every read) only burns CPU at boot. With it off a miss or an unloadable entry
+        # still compiles, after the read (docs/backends.md, "Backup compilation").
+        return {self.env_var: str(dest), BACKUP_ENV: "0"}
 
     def build_command(self, job: BuildJob) -> BuildCommand:
+        chip, host = job.options.get("chip"), probes.host_chip(self.env)
+        if chip and host != probes.UNKNOWN and chip != host:
+            raise BackendUnavailable.of(self.name, f"the build's chip is {chip} but this host is {host}: its "
+                                        f"executables would be published under a {chip} fingerprint",
+                                        f"build {chip} entries on a {chip} host")
         cmd = super().build_command(job)
         if cmd.argv[1:3] == ["-m", "torch.distributed.run"]:
             # Tensor parallel: the package's launch helper sets the distributed env before torchrun.
             cmd.argv[1:3] = ["-m", LAUNCH_MODULE]
+        if var := probes.tier2_disabled_by(self.env):
+            add_build_warning(cmd.env, f"tpu: {var}=disabled on this host would turn off tier 3: the build uses a "
+                              f"private tier-2 cache instead ({cmd.env[TIER2_ENV]})")
         return cmd
 
     def build_env(self, job: BuildJob) -> dict[str, str]:
         # defer_and_fuse is its own entry mode; every other mode runs strict eager around its graphs.
-        return {DEFER_ENV: "1" if job.spec.mode == "defer_and_fuse" else "0"}
+        # A tier-2 cache of its own: a graph found in the host's shared one would never reach the build's
+        # tier-3 root (build.py / launch.py remove it when the build ends).
+        return {DEFER_ENV: "1" if job.spec.mode == "defer_and_fuse" else "0",
+                TIER2_ENV: probes.private_tier2_name(job.roots[CACHE_ROOT])}
 
     # build.workers: each build is its own single-host TPU process on its own chips (libtpu's
     # multi-process variables; one port per process so their runtimes do not collide).
@@ -139,10 +169,30 @@ class TPUBackend(DeviceBackend):
 
     def device_env(self, ids: Sequence[int]) -> dict[str, str]:
         port = 8476 + ids[0]
-        return {"TPU_VISIBLE_CHIPS": ",".join(map(str, ids)), "TPU_PROCESS_BOUNDS": "1,1,1",
+        chips = ",".join(map(str, ids))
+        # [dev] environment.cc, InitializeSingleDeviceEnvironment: TPU_VISIBLE_DEVICES is the source of truth
+        # and TPU_VISIBLE_CHIPS is rewritten from it (default "0"): a slot sets both.
+        return {"TPU_VISIBLE_CHIPS": chips, "TPU_VISIBLE_DEVICES": chips, "TPU_PROCESS_BOUNDS": "1,1,1",
                 "TPU_CHIPS_PER_PROCESS_BOUNDS": _CHIP_BOUNDS.get(len(ids), f"1,{len(ids)},1"),
                 "TPU_PROCESS_PORT": str(port), "TPU_PROCESS_ADDRESSES": f"localhost:{port}",
                 "CLOUD_TPU_TASK_ID": "0"}
 
 
 _CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
+
+
+def unwritable(dest: Path) -> str | None:
+    """Why the runtime could not create dirs in `dest` (or in the nearest existing dir above it, where hydrate
+    will create it), or None. Tried for real: mode bits do not bind root, a read-only mount does."""
+    here = dest
+    while not here.exists():
+        if here.parent == here:
+            return "no existing dir above it"
+        here = here.parent
+    if not here.is_dir():
+        return f"{here} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ck-writable-", dir=here))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

@@ -11,17 +11,31 @@ defer-and-fuse is the same with TORCH_TPU_DEFER_AND_FUSE=1 (set by the parent); 
 fullgraph=True, dynamic=False)` and `compile_repeated_blocks(...)`; tensor parallel through
 `init_process_group(backend="tpu_dist")`, a `DeviceMesh("tpu")` and diffusers' `TensorParallelConfig`, the
 ranks started by launch.py. A single-chip build in a build.workers slot holds the chip lock shared.
+The build's private tier-2 cache (TORCH_TPU_TIER2_COMPILATION_CACHE, set by the parent) is removed when it
+ends: by this process, or for tensor parallel by launch.py once every rank has exited.
 """
 
 import os
 import sys
 
-from ..build_main import device_main
+from ..build_main import device_main, warn
 from .backend import TPUBackend
 from .launch import chip_lock
+from .probes import remove_private_tier2
+
+
+def main(argv: list[str]) -> int:
+    if "WORLD_SIZE" in os.environ:
+        return device_main(TPUBackend(), argv)   # a rank: launch.py cleans up after all of them
+    try:
+        if "TPU_VISIBLE_CHIPS" not in os.environ:
+            return device_main(TPUBackend(), argv)
+        with chip_lock(exclusive=False):
+            return device_main(TPUBackend(), argv)
+    finally:
+        if problem := remove_private_tier2(os.environ):
+            warn(problem)
+
 
 if __name__ == "__main__":
-    if "WORLD_SIZE" in os.environ or "TPU_VISIBLE_CHIPS" not in os.environ:
-        sys.exit(device_main(TPUBackend(), sys.argv[1:]))
-    with chip_lock(exclusive=False):
-        sys.exit(device_main(TPUBackend(), sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 # What build.workers sets for one slot (TPUBackend.device_env); the runtime overwrites these under WORLD_SIZE.
 SLOT_VARS = ("TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT",
-             "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID")
+             "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "TPU_VISIBLE_DEVICES")
 LOCK_ENV = "CACHEKEEPER_TPU_CHIP_LOCK"
 
 
@@ -69,15 +69,23 @@ def main(argv: list[str]) -> int:
     n = nproc(argv)
     for var in SLOT_VARS:
         os.environ.pop(var, None)
-    with chip_lock(exclusive=True):
-        try:
-            set_launch_env(n)
-        except (ImportError, ValueError, RuntimeError) as exc:
-            print(f"cachekeeper-build: error: tpu: set_tpu_launch_env(nproc_per_node={n}): {exc}", file=sys.stderr)
-            return 1
-        from torch.distributed.run import main as torchrun
+    try:
+        with chip_lock(exclusive=True):
+            try:
+                set_launch_env(n)
+            except (ImportError, ValueError, RuntimeError) as exc:
+                print(f"cachekeeper-build: error: tpu: set_tpu_launch_env(nproc_per_node={n}): {exc}",
+                      file=sys.stderr)
+                return 1
+            from torch.distributed.run import main as torchrun
 
-        torchrun(argv)
+            torchrun(argv)
+    finally:
+        # The ranks shared the build's private tier-2 cache: removed once, after all of them exited.
+        from .probes import remove_private_tier2
+
+        if problem := remove_private_tier2(os.environ):
+            print(f"cachekeeper-build: warning: {problem}", file=sys.stderr)
     return 0
 
 

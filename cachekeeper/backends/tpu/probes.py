@@ -10,7 +10,10 @@ glue library); any other value names the tier-2 cache.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
+import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +22,14 @@ ACCELERATOR_ENV = "TPU_ACCELERATOR_TYPE"
 TOPOLOGY_ENV = "TORCH_TPU_TOPOLOGY"
 TIER2_ENV = "TORCH_TPU_TIER2_COMPILATION_CACHE"
 TIER2_OFF = "disabled"
+# Tier 2 lives in /dev/shm/torch_tpu_cache/<name>/<16 hex platform fp>/<key>.bin (a string of 0.2.0's glue
+# library; [dev] tier2_compilation_cache.cc), shared by every process of the host and never evicted.
+TIER2_BASE = "/dev/shm/torch_tpu_cache"
+TIER2_BASE_ENV = "CACHEKEEPER_TPU_TIER2_BASE"   # where this host's runtime keeps it (tests point it elsewhere)
+PRIVATE_TIER2_PREFIX = "cachekeeper-"
+# [dev] tier3_compilation_cache.cc: unset/"1" schedules a local "backup" compile beside every tier-3 read;
+# "0" compiles only after a tier-3 miss. The name is a string of 0.2.0's glue library.
+BACKUP_ENV = "TORCH_TPU_INTERNAL_TIER3_COMPILATION_CACHE_LOCAL_BACKUP_TASK"
 GOOGLE_PCI_VENDOR = "0x1ae0"
 # PCI device id -> chip generation, as torch_tpu's hardware.py names them ("TPU v6e" -> v6e).
 PCI_CHIPS = {"0x005e": "v4", "0x0062": "v5p", "0x0063": "v5e", "0x006f": "v6e", "0x0076": "v7x"}
@@ -102,3 +113,31 @@ def chip_count(options: Mapping[str, str], env: Mapping[str, str], dev: Path = P
     if visible:
         return len(visible.split(","))
     return len(pci_chips(dev=dev)) or len(list(dev.glob("accel[0-9]*")))
+
+
+def tier2_base(env: Mapping[str, str]) -> Path:
+    return Path(env.get(TIER2_BASE_ENV) or TIER2_BASE)
+
+
+def private_tier2_name(root: str) -> str:
+    """A tier-2 cache name of one build or check: a digest of its (fresh) tier-3 root and this process.
+    Anything but exactly `disabled` names a tier-2 cache and keeps tier 3 on."""
+    seed = f"{root}\0{os.getpid()}\0{os.urandom(8).hex()}"
+    return PRIVATE_TIER2_PREFIX + hashlib.sha256(seed.encode()).hexdigest()[:16]
+
+
+def remove_private_tier2(env: Mapping[str, str]) -> str | None:
+    """Delete the private tier-2 dir this process's env names; a warning line if it cannot, else None.
+    Only names cachekeeper made (PRIVATE_TIER2_PREFIX) are removed: a user's tier-2 cache is theirs."""
+    name = env.get(TIER2_ENV, "")
+    if not name.startswith(PRIVATE_TIER2_PREFIX) or "/" in name or name in (".", ".."):
+        return None
+    path = tier2_base(env) / name
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return (f"tpu: cannot remove the build's private tier-2 cache {path} ({exc.strerror or exc}): "
+                "it holds RAM (/dev/shm) until removed by hand")
+    return None

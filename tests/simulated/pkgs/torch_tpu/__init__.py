@@ -9,8 +9,22 @@ csrc/common/glue_2_13_0/libpywrap_2_13_0_common.so; "not visible": only a TPU wo
   * tiers (glue): tier 3 is on when tier 2 is on and TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT is non-empty.
     TORCH_TPU_TIER2_COMPILATION_CACHE exactly `disabled` turns tier 2 off (one INFO line); any other
     non-empty value is the tier-2 cache's name; unset or empty: on when tier 3 is configured, else only for
-    WORLD_SIZE > 1. No TORCH_TPU_INTERNAL_* tier variables exist. Tier 2 itself (/dev/shm) is not
-    simulated, so a second process really reads tier 3;
+    WORLD_SIZE > 1. No TORCH_TPU_INTERNAL_* tier variables exist;
+  * lookup order ([dev] = Google's TorchTPU tree at 0.1.1, public repository jonathan1920/torch_tpu,
+    torch_tpu/csrc/common/compilation_cache.cc: GetOrCompile -> GetFromTier2OrCompile ->
+    GetFromTier3OrCompile): tier 1 (this process's memory), then tier 2
+    (/dev/shm/torch_tpu_cache/<name>/<platform fp>/<key>.bin, shared by every process of the host, never
+    evicted; here under SIM_TPU_SHM), then tier 3, then a compile. **A tier-2 hit never writes tier 3**
+    (GetFromTier2OrCompile returns after SetExecutable); a tier-3 hit fills tier 2; only a local compile
+    writes tier 3 (`if (tier == CacheTier::kTier1 && uses_tier3)`);
+  * counters ([dev] compilation_cache.cc, GetStaticCacheEntry; 0.2.0 glue strings `_get_cache_stats`,
+    `per_entry_stats`, `compilation_duration`): `_get_cache_hits()` counts tier-1 hits only and
+    `_get_cache_misses()` is requests minus hits, so every first use in a process is a "miss";
+    `_get_cache_stats().per_entry_stats[i].compilation_duration` is a positive timedelta only for an
+    executable this process compiled, zero when tier 2 or 3 served it;
+  * eager keys hold Python scalar values ([dev] cache_key.h: an `at::Scalar` op parameter is in the key
+    unless promoted): an op's non-tensor arguments are part of its key, so a scheduler step computed
+    from another step count is another program;
   * layout (glue): <root>/<16 hex platform fingerprint>/<name>.bin, name `%016x_%016x_%016x` (shapeless
     graph key, dimensions key, compile-options key) or `%016x_%016x_%016x_%s` when the key's id_key is
     non-empty. What sets id_key is not visible: here torch.compile graphs carry one ("g"), eager ops none;
@@ -32,6 +46,7 @@ Tensors stay on "cpu" (`SIMULATION.device` once loaded); eager compiles are obse
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 import socket
@@ -109,12 +124,85 @@ def _version(dist: str) -> str:
         return "0+simulated"
 
 
-_CACHE = _devicesim.ArtifactCache(_compiler)
-
-
 def _temp_beside(path: Path) -> Path:
     unique = f"{socket.gethostname()}-{threading.get_ident():x}-{os.getpid()}-{int(time.time() * 1e6):x}"
     return path.with_name(f"{path.name}.{unique}.{next(_counter)}.tmp")
+
+
+def tier2_base() -> Path:
+    return Path(_env("SIM_TPU_SHM") or "/dev/shm/torch_tpu_cache")
+
+
+class _EntryStats:
+    def __init__(self, compilation_duration: datetime.timedelta) -> None:
+        self.compilation_duration = compilation_duration
+        self.last_read = datetime.datetime.now()
+        self.read_count = 1
+
+
+class _PerfStats:
+    def __init__(self, reqs: int, hits: int, entries: list[_EntryStats]) -> None:
+        self.num_cache_reqs, self.num_cache_hits = reqs, hits
+        self.peak_compilation_host_memory_bytes = 0
+        self.per_entry_stats = list(entries)
+
+
+class _CompilationCache:
+    """Tier 1 (memory), tier 2 (/dev/shm, per name), tier 3 (the root), then a compile."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, _EntryStats] = {}
+        self.requests = self.tier1_hits = 0
+        self.counts = {"compiled": 0, "loaded": 0, "loaded_foreign": 0, "tier2_loaded": 0}
+
+    def _read(self, path: Path | None) -> bool:
+        try:
+            return path is not None and path.stat().st_size > 0
+        except OSError:
+            return False
+
+    def _write(self, path: Path, name: str, what: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_beside(path)
+        tmp.write_bytes(_devicesim.artifact(_compiler(), name, what))
+        os.replace(tmp, path)
+
+    def _loaded(self, name: str, path: Path) -> None:
+        self.entries[name] = _EntryStats(datetime.timedelta(0))
+        self.counts["loaded"] += 1
+        if _devicesim.artifact_compiler(path) != _compiler():
+            self.counts["loaded_foreign"] += 1
+
+    def get_or_compile(self, name: str, what: str) -> None:
+        self.requests += 1
+        if name in self.entries:
+            self.tier1_hits += 1
+            return
+        root = tier3_root()
+        t2name = tier2_name(root)
+        platform = platform_fingerprint()
+        t2 = tier2_base() / t2name / platform / f"{name}.bin" if t2name else None
+        t3 = Path(root) / platform / f"{name}.bin" if root else None
+        if t2 is not None and self._read(t2):
+            self._loaded(name, t2)            # served from tier 2: nothing is written to tier 3
+            self.counts["tier2_loaded"] += 1
+            return
+        if t3 is not None and self._read(t3):
+            self._loaded(name, t3)
+            if t2 is not None:
+                self._write(t2, name, what)
+            return
+        self.entries[name] = _EntryStats(datetime.timedelta(microseconds=1000))
+        self.counts["compiled"] += 1
+        for path in (t2, t3):
+            if path is not None:
+                self._write(path, name, what)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+_CACHE = _CompilationCache()
 
 
 def compile_or_load(shapeless: str, dims: str, what: str, id_key: str = "") -> None:
@@ -122,12 +210,7 @@ def compile_or_load(shapeless: str, dims: str, what: str, id_key: str = "") -> N
                          device_assignment()])
     k1, k2, k3 = (_devicesim.digest(p, 8) for p in (shapeless, dims, options))
     name = f"{k1}_{k2}_{k3}" + (f"_{id_key}" if id_key else "")
-    root = tier3_root()
-    if not root:
-        _CACHE.compile_only(name)
-        return
-    path = Path(root) / platform_fingerprint() / f"{name}.bin"
-    _CACHE.get_or_compile(name, path, what, lock=None, temp_for=_temp_beside)
+    _CACHE.get_or_compile(name, what)
 
 
 def _split(signature: str) -> tuple[str, str]:
