@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.tiny import copy_tiny
+
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -31,12 +33,11 @@ def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+def published(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     tmp = tmp_path_factory.mktemp("loop")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
     env["CACHEKEEPER_HOME"] = str(tmp / "home")
-    run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(tmp / "models"),
-         "--only", "tiny-flux"], env, tmp)
+    copy_tiny(tiny_flux_models, tmp / "models")  # examples/make_tiny_model.py --only tiny-flux, built once
     config = tmp / "tiny.yaml"
     # ./models/... resolves next to it; these hosts publish captured sets (a fleet that opted in)
     config.write_text((REPO / "examples" / "tiny.yaml").read_text() + "\ncapture: publish\n")

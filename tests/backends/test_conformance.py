@@ -62,9 +62,9 @@ class SimulatedDevice(BackendConformance):
         return self.backend_class()
 
     @pytest.fixture
-    def build_parts(self, simulated_host: Path, tmp_path: Path) -> BuildParts:
+    def build_parts(self, simulated_host: Path, tiny_flux_models: Path, tmp_path: Path) -> BuildParts:
         spec = entry(self.backend_class.name, "full")
-        return spec, make_tiny_flux(tmp_path / "models"), {**self.options, **WARMUP_OPTIONS}
+        return spec, make_tiny_flux(tmp_path / "models", tiny_flux_models), {**self.options, **WARMUP_OPTIONS}
 
 
 class TestNeuron(SimulatedDevice):

@@ -24,6 +24,7 @@ import pytest
 from cachekeeper.backends.inductor import aot
 from cachekeeper.config import parse_config
 from cachekeeper.runtime import Record, choose, files_problem, source_problem
+from tests.harness.tiny import copy_tiny
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 1800
@@ -78,14 +79,13 @@ class Instance:
 
 
 @pytest.fixture(scope="module")
-def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
+def instance(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Instance:
     pytest.importorskip("torch")
     pytest.importorskip("diffusers")
     tmp = tmp_path_factory.mktemp("aot")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
     env["CACHEKEEPER_HOME"] = str(tmp / "home")
-    run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(tmp / "models"),
-         "--only", "tiny-flux"], env, tmp)
+    copy_tiny(tiny_flux_models, tmp / "models")  # examples/make_tiny_model.py --only tiny-flux, built once
     (tmp / "aot.yaml").write_text(CONFIG)
     (tmp / "build-tmp").mkdir()
     run([sys.executable, "-m", "cachekeeper", "prebuild", str(tmp / "aot.yaml"), "--no-catalog"],

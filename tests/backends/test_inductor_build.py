@@ -20,6 +20,7 @@ import pytest
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.inductor import InductorBackend
 from cachekeeper.format.spec import EntrySpec, Shape
+from tests.harness.tiny import copy_tiny
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -53,11 +54,9 @@ def job_for(model: Path, roots: dict[str, Path], result: Path) -> BuildJob:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+def built(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
     tmp = tmp_path_factory.mktemp("inductor")
-    made = run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(tmp / "models"),
-                "--only", "tiny-flux"], dict(os.environ), tmp)
-    assert made.returncode == 0, made.stderr
+    copy_tiny(tiny_flux_models, tmp / "models")  # examples/make_tiny_model.py --only tiny-flux, built once
     backend = InductorBackend()
     workdir = tmp / "build"
     roots = backend.build_roots(workdir)

@@ -44,8 +44,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def flux(tmp_path_factory: pytest.TempPathFactory) -> ModelRef:
-    return make_tiny_flux(tmp_path_factory.mktemp("models"))
+def flux(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelRef:
+    return make_tiny_flux(tmp_path_factory.mktemp("models"), tiny_flux_models)
 
 
 @pytest.fixture(scope="module")

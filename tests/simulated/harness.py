@@ -87,9 +87,13 @@ def tiny_models() -> ModuleType:
     return module
 
 
-def make_tiny_flux(dest: Path) -> ModelRef:
-    """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`."""
-    tiny_models().make_flux(dest)
+def make_tiny_flux(dest: Path, shared: Path | None = None) -> ModelRef:
+    """The repo's tiny Flux transformer (examples/make_tiny_model.py) saved under `dest`: copied from
+    `shared` (the run's one build, the `tiny_flux_models` fixture) when given, else built here."""
+    if shared is not None:
+        shutil.copytree(shared / "tiny-flux", dest / "tiny-flux", dirs_exist_ok=True)
+    else:
+        tiny_models().make_flux(dest)
     return ModelRef("tiny-flux", "transformer", path=str(dest / "tiny-flux"), inputs="flux")
 
 

@@ -1,0 +1,78 @@
+"""The tiny models, built once per test run and shared by every module (and every xdist worker) that needs
+them, instead of once per module.
+
+`built_once` is pytest-xdist's documented recipe for a session fixture that runs once: the first worker to
+take the lock builds into a folder beside the workers' own base temp dirs (`getbasetemp().parent`, the
+run's own folder, so nothing is shared between runs); the others wait on the lock and reuse it. A build
+counts only once its folder is renamed into place, so a failed or interrupted build is retried by the next
+worker, never reused. In a single process (`-n 0`) the folder is the session's own.
+
+The shared folders are read-only by convention: a test that writes next to a model copies it first
+(`copy_tiny`), so each module keeps the private copy it had when it built its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from tests.simulated import REPO
+from tests.simulated.harness import tiny_models
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, filled by `build(folder)` once per test run (across xdist workers)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp()
+    else:
+        root = tmp_path_factory.getbasetemp().parent  # the run's folder; each worker's base temp is under it
+    done = root / f"shared-{name}"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.is_dir():
+            partial = root / f"shared-{name}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            build(partial)
+            partial.rename(done)
+    return done
+
+
+def _make_tiny_flux(out: Path) -> None:
+    # In a subprocess, as the modules did: the test process imports neither torch nor diffusers for it.
+    made = subprocess.run([sys.executable, str(REPO / "examples" / "make_tiny_model.py"), "--out", str(out),
+                           "--only", "tiny-flux"], capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-4000:]
+
+
+def _make_tiny_pipelines(out: Path) -> None:
+    makers = tiny_models().MAKERS
+    for name in ("tiny-flux2-klein", "tiny-flux1", "tiny-sd3", "tiny-sdxl"):
+        makers[name](out)
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shared folder holding `tiny-flux/transformer` (examples/make_tiny_model.py --only tiny-flux).
+    Read-only: copy it with `copy_tiny` before writing next to it."""
+    return built_once(tmp_path_factory, "tiny-flux", _make_tiny_flux)
+
+
+@pytest.fixture(scope="session")
+def tiny_pipelines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shared folder holding the tiny-flux2-klein, tiny-flux1, tiny-sd3 and tiny-sdxl pipeline folders."""
+    pytest.importorskip("diffusers")
+    pytest.importorskip("transformers")
+    return built_once(tmp_path_factory, "tiny-pipelines", _make_tiny_pipelines)
+
+
+def copy_tiny(shared: Path, dest: Path) -> Path:
+    """A private copy of a shared tiny-model folder (every model in it) at `dest`; returns `dest`."""
+    shutil.copytree(shared, dest, dirs_exist_ok=True)
+    return dest
