@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,16 +184,35 @@ def write_lockfile(path: Path, backend: str, fingerprint: Fingerprint, manifests
 
 
 def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
-    """(backend, fingerprint id, pins)."""
+    """(backend, fingerprint id, pins). Every field is checked: a lockfile may be old, cut short or
+    written by hand, and its names become store keys."""
+    from .state import NotARecord, read_own, safe_rel
+
     try:
-        doc = json.loads(path.read_text())
-        if doc.get("version") != LOCK_VERSION:
-            raise LockfileError(f"{path}: unknown lockfile version {doc.get('version')!r}", path=str(path))
-        pins = [Pin(str(m["name"]), str(m["digest"])) for m in doc["manifests"]]
-        return str(doc["backend"]), str(doc["fingerprint_id"]), pins
+        doc = json.loads(read_own(path, 64 << 20))
     except FileNotFoundError:
         raise LockfileError(f"lockfile {path} does not exist", path=str(path)) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise LockfileError(f"{path}: malformed lockfile ({exc})", path=str(path)) from None
+    except NotARecord as exc:
+        raise LockfileError(f"lockfile {path} is {exc}", path=str(path)) from None
     except OSError as exc:
-        raise UsageError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None
+        raise UsageError(f"cannot read lockfile {path}: {exc.strerror or exc}", path=str(path)) from None
+    except (ValueError, RecursionError) as exc:
+        raise LockfileError(f"{path}: malformed lockfile ({str(exc)[:80]})", path=str(path)) from None
+    if not isinstance(doc, dict):
+        raise LockfileError(f"{path}: malformed lockfile (a JSON {type(doc).__name__}, not an object)", path=str(path))
+    if doc.get("version") != LOCK_VERSION or isinstance(doc.get("version"), bool):
+        raise LockfileError(f"{path}: unknown lockfile version {str(doc.get('version'))[:40]!r}", path=str(path))
+    backend, fp, listed = doc.get("backend"), doc.get("fingerprint_id"), doc.get("manifests")
+    if not isinstance(backend, str) or not backend or not isinstance(fp, str) or not _HEX16.fullmatch(fp):
+        raise LockfileError(f"{path}: malformed lockfile (backend and fingerprint_id must name a toolchain)",
+                            path=str(path))
+    if not isinstance(listed, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("name"), str) and safe_rel(m["name"])
+            and isinstance(m.get("digest"), str) and _HEX64.fullmatch(m["digest"]) for m in listed):
+        raise LockfileError(f"{path}: malformed lockfile (manifests must be a list of {{name, digest}})",
+                            path=str(path))
+    return backend, fp, [Pin(m["name"], m["digest"]) for m in listed]
+
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
