@@ -69,10 +69,16 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
 def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrPath | None = None,
         device: str | None = None, options: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables that point this host's runtime at the hydrated dir (what `hydrate --print-env` prints).
-    Set them before the runtime reads them (Inductor: before `import torch`)."""
+    Set them before the runtime reads them (Inductor: before `import torch`). `dest` is the dest hydrate
+    was given or its toolchain dir (`report.dest`); the backend, unless named, is the one the dest was
+    hydrated for (its layout.json), else the config's only one."""
+    from .boot.destdir import backend_of
     from .boot.request import served_path
 
-    tc = _toolchain(_config(config), backend, device, options)
+    cfg = _config(config)
+    if backend is None and dest is not None:
+        backend = backend_of(Path(dest), needed=cfg is None or len(cfg.backend_names()) != 1)
+    tc = _toolchain(cfg, backend, device, options)
     return tc.backend.env_exports(served_path(dest, tc))
 
 
@@ -83,7 +89,7 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
     from .boot.capture import capture as run
-    from .boot.capture import hydrated_state, require_publish_allowed
+    from .boot.capture import capture_target, require_publish_allowed
     from .boot.destdir import served_dir
     from .boot.request import store_on_demand
 
@@ -91,9 +97,9 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     cfg = _config(config)
     if publish:
         require_publish_allowed(cfg)
-    state = hydrated_state(Path(dest))
-    tc = _toolchain(cfg, backend or state.backend, device, options)
-    dest = served_dir(Path(dest), tc.fingerprint.id)
+    top, backend = capture_target(Path(dest), backend, cfg)
+    tc = _toolchain(cfg, backend, device, options)
+    dest = served_dir(top, tc.fingerprint.id)
     key = None
     if publish and sign_key is not None:
         from .format.signing import SigningKey

@@ -209,6 +209,11 @@ class DestinationError(CachekeeperError):
     exit_code = 9
 
 
+class DestStateError(DestinationError):
+    """cachekeeper's own records in a dest (`layout.json`, `state.json`, their dir) cannot be read or
+    replaced, or are of a newer release: hydrate with best effort boots anyway (the server compiles)."""
+
+
 class LockBusy(CachekeeperError):
     """Another process holds a hydrated dir's lock past the wait this process allowed."""
 

@@ -43,7 +43,7 @@ from ..fs.locks import FileLock
 from ..fs.paths import TMP_SUFFIX, ensure_dir
 from ..snapshot import LocalFile
 from ..stores.base import Store
-from .state import STATE_DIR, State, file_key, load_state, state_dir
+from .state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, state_dir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -120,16 +120,25 @@ class Journal:
 
 
 def load_journal(dest: Path) -> Journal:
+    """What earlier captures published; a journal that is missing, unreadable, of another version or
+    malformed is empty: everything is captured again (publishing is idempotent)."""
     try:
-        d = json.loads((state_dir(dest) / JOURNAL).read_bytes())
-        if d.get("v") != JOURNAL_VERSION:
+        d = json.loads(read_own(state_dir(dest) / JOURNAL, 256 << 20))
+        if not isinstance(d, dict) or d.get("v") != JOURNAL_VERSION:
             return Journal()
-        return Journal({k: (int(v[0]), int(v[1])) for k, v in d["published"].items()},
-                       [str(p) for p in d.get("pending", [])], d.get("last_error"))
-    except FileNotFoundError:
+        published = {str(k): (_whole(v[0]), _whole(v[1])) for k, v in d["published"].items()}
+        pending = d.get("pending", [])
+        error = d.get("last_error")
+        return Journal(published, [str(p) for p in pending] if isinstance(pending, list) else [],
+                       error if isinstance(error, str) else None)
+    except (OSError, NotARecord, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
         return Journal()
-    except (ValueError, KeyError, TypeError, IndexError):
-        return Journal()  # unreadable: re-capture everything; publishing is idempotent
+
+
+def _whole(v: object) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError("not a whole number")
+    return v
 
 
 def save_journal(dest: Path, journal: Journal) -> None:
@@ -164,8 +173,7 @@ def scan(dest: Path, state: State, journal: Journal, include: Include) -> Scan:
     out = Scan()
     for dirpath, dirs, files in os.walk(dest):
         here = Path(dirpath)
-        if here == dest:
-            dirs[:] = [d for d in dirs if d != STATE_DIR]
+        dirs[:] = [d for d in dirs if d != STATE_DIR]   # cachekeeper's records, at any depth, are never the runtime's
         for d in list(dirs):
             if os.path.islink(here / d):
                 dirs.remove(d)
@@ -260,16 +268,20 @@ def never_hydrated(dest: Path) -> CaptureError:
                         "then capture that same dir", path=str(dest))
 
 
-def hydrated_state(dest: Path) -> State:
-    """The state of the toolchain dir a hydrate of `dest` filled (its current one, or `dest` itself when it
-    is such a dir); a dest that was never hydrated is one CaptureError."""
-    from .destdir import served_dir
-    from .state import load_state
+def capture_target(dest: Path, backend: str | None, config: Config | None = None) -> tuple[Path, str | None]:
+    """(the dest `dest` names, the backend it was hydrated for): `dest` may be the dest or one of its
+    toolchain dirs (destdir.resolve_dest); the backend comes from `backend`, else layout.json, else a flat
+    dest's state (None: the config's). A dest that is not there is one CaptureError."""
+    from .destdir import backend_of, resolve_dest
 
-    state = load_state(served_dir(dest)) if dest.is_dir() else None
-    if state is None:
-        raise never_hydrated(dest)
-    return state
+    top = resolve_dest(dest)
+    if not top.is_dir():
+        raise never_hydrated(top)
+    return top, backend or backend_of(top, needed=not _names_one_backend(config))
+
+
+def _names_one_backend(config: Config | None) -> bool:
+    return config is not None and len(config.backend_names()) == 1
 
 
 def open_dest(dest: Path, fingerprint: Fingerprint) -> State:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import (
     BlobsMissing,
     DestinationError,
+    DestStateError,
     HydrateIncomplete,
     LockBusy,
     NothingToHydrate,
@@ -50,7 +51,8 @@ from .state import (
     State,
     drop_state,
     file_key,
-    load_state,
+    own_records_dir,
+    read_state,
     save_state,
     stat_matches,
     state_dir,
@@ -131,11 +133,39 @@ def _parent_checker(joiner: SafeJoiner) -> Callable[[Path, str], None]:
 
 def _prepare_dest(dest: Path) -> None:
     ensure_dir(dest)
+    own_records_dir(dest)
     if not os.access(dest, os.W_OK):
         raise DestinationError(f"destination {dest} is not writable")
 
 
+def _read_state(dest: Path, fingerprint: Fingerprint, roots: Mapping[str, Path], report: HydrateReport) \
+        -> State | None:
+    """The dest's state, or None when there is none to trust: lost, unreadable, of a newer version,
+    malformed, describing another dir, or (in a toolchain's own dir, named by its fingerprint id) naming
+    another toolchain. Then the files present are re-hashed and adopted if right (one warning line)."""
+    state, why = read_state(dest)
+    path = state_dir(dest) / "state.json"
+    if state is not None and state.roots.get("cache", str(dest)) != str(dest):
+        why = f"{path} describes another dir ({state.roots['cache'][:80]})"
+    elif state is not None and _is_toolchain_dir(dest, fingerprint) and state.fingerprint_id != fingerprint.id:
+        why = f"{path} names toolchain {state.fingerprint_id[:40]}"
+    if why:
+        state = None
+    if state is None and (why or (_is_toolchain_dir(dest, fingerprint) and _holds_files(dest))):
+        report.warnings.append(f"{why or 'no ' + str(state_dir(dest) / 'state.json')}; the files in {dest} are "
+                               "re-verified (right ones kept, the rest fetched)")
+    return state
+
+
+def _is_toolchain_dir(dest: Path, fingerprint: Fingerprint) -> bool:
+    """A dir named by this host's fingerprint id (`<dest>/<fp>`, destdir.py): its name says its toolchain,
+    so what it holds is this toolchain's to verify, whatever its state file says or lacks."""
+    return dest.name == fingerprint.id
+
+
 def _guard_toolchain(dest: Path, state: State | None, fingerprint: Fingerprint) -> None:
+    if _is_toolchain_dir(dest, fingerprint):
+        return
     if state is not None and state.fingerprint_id != fingerprint.id:
         raise ToolchainMismatch(
             f"{dest} holds artifacts of toolchain {state.fingerprint_id}; this host is {fingerprint.id}")
@@ -215,7 +245,7 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
 
 # What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error. A dir
 # that holds another toolchain's or foreign files is not softened: the server would read them.
-SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy)
+SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy, DestStateError)
 
 
 @dataclass(frozen=True)
@@ -238,10 +268,12 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
     _prepare_dest(dest)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
     with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
-        state = load_state(dest)
+        state = _read_state(dest, fingerprint, roots, report)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}
-        trust = state is not None and state_trusted(state, dest)
+        # A state naming other dirs as roots than this run's speaks for none of their files: re-verified.
+        trust = state is not None and state_trusted(state, dest) \
+            and all(str(roots.get(k, "")) == v for k, v in state.roots.items())
         if state is not None and pins is not None and not verify and trust \
                 and _still_in_place(state, pins, trusted_ids) \
                 and not _captured_since(open_store, fingerprint, state, sets, budget):
@@ -250,7 +282,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
             report.files_total = len(state.files)
             usage.record_use(dest, report.manifests)
             if max_bytes is not None:
-                _fit(dest, state, max_bytes, set(report.manifests), report)
+                _fit(dest, state, max_bytes, set(report.manifests), report, roots)
             return
         claimed = False   # set once this run claims a dir no state named
         try:
@@ -287,7 +319,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                     usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
                     if max_bytes is not None:
                         _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
-                             report)
+                             report, roots)
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM) or failed before anything landed: this run's temp files (its live
             # tag is gone now) and its claim go too, so the dir is as this run found it and another toolchain
@@ -453,10 +485,11 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     return state
 
 
-def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport) -> None:
+def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport,
+         roots: Mapping[str, Path]) -> None:
     """Evict entries this run does not want, by last use, until the dest fits `max_bytes`."""
     ev = usage.plan(dest, state, max_bytes, keep=wanted)
-    usage.apply(dest, state, ev)
+    usage.apply(dest, state, ev, roots)
     report.evicted = [e.name for e in ev.evict]
     if ev.short:
         report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "

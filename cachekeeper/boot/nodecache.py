@@ -26,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from ..fs.paths import ensure_dir, new_tag, sha256_file, temp_path
 from ..stores.reader import Deadline
 from .durability import NETWORK_FS, boot_id, fs_type
 from .plan import HydratePlan, Placement
-from .state import PlacedFile, file_key
+from .state import NotARecord, PlacedFile, file_key, read_own
 
 NODE_VERSION = 1
 MARKER = "NODE-CACHE"
@@ -99,16 +100,17 @@ class NodeCache:
             if not marker.exists():
                 with contextlib.suppress(FileExistsError):
                     _write_exclusive(marker, json.dumps({"v": NODE_VERSION}).encode())
-            version = json.loads(marker.read_bytes()).get("v")
+            doc = json.loads(read_own(marker, 1 << 16))
+            version = doc.get("v") if isinstance(doc, dict) else None
         except DestinationError as exc:
             return f"node cache {self.root} is not usable ({exc.message}); hydrating without it"
-        except (OSError, ValueError) as exc:
+        except (OSError, NotARecord, ValueError, RecursionError) as exc:
             return f"node cache {self.root} is not usable ({getattr(exc, 'strerror', None) or exc}); " \
                    "hydrating without it"
-        if version != NODE_VERSION:
-            raise DestinationError(f"node cache {self.root} has layout version {version}; this cachekeeper "
-                                   f"reads version {NODE_VERSION}",
-                                   "give this cachekeeper version its own node cache directory")
+        if version != NODE_VERSION or isinstance(version, bool):
+            # Another release's (or a damaged) node cache: never guessed at, and never a reason not to boot.
+            return (f"node cache {self.root} has layout version {str(version)[:20]}; this cachekeeper reads version "
+                    f"{NODE_VERSION}, so it hydrates without it (give each version its own node cache directory)")
         if not os.access(self.root / "locks", os.W_OK) or not os.access(self.objects, os.W_OK):
             return f"node cache {self.root} is read-only; hydrating without it"
         return None
@@ -159,11 +161,10 @@ class NodeCache:
     def _record(self, sha: str) -> tuple[int, int, str] | None:
         """(size, mtime_ns, boot) the object had when verified ("-": it was fsynced, any boot)."""
         try:
-            with open(self._obj(sha) + ".ok", encoding="ascii") as f:
-                size, mtime, boot = f.read().split()
+            size, mtime, boot = read_own(Path(self._obj(sha) + ".ok"), 256).decode("ascii").split()
             return int(size), int(mtime), boot
-        except (OSError, ValueError):
-            return None
+        except (OSError, NotARecord, ValueError):
+            return None   # then the object is hashed again
 
     def _mark(self, sha: str, st: os.stat_result) -> None:
         boot = "-" if self.durable else (boot_id() or "?")
@@ -360,8 +361,8 @@ class NodeCache:
             if not sub.is_dir(follow_symlinks=False):
                 continue
             for e in os.scandir(sub.path):
-                if e.name.endswith(".ok") or e.name.endswith(".ck-tmp"):
-                    continue
+                if not _SHA.fullmatch(e.name) or not e.name.startswith(sub.name):
+                    continue   # records, temp files, and anything cachekeeper did not name
                 try:
                     st = e.stat(follow_symlinks=False)
                     used = os.lstat(e.path + ".ok").st_mtime
@@ -391,6 +392,7 @@ class NodeCache:
         return freed
 
 
+_SHA = re.compile(r"[0-9a-f]{64}")
 _FICLONE = 0x40049409
 
 

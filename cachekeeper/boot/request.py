@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, cast
 from ..errors import (
     BackendUnavailable,
     ConfigError,
+    DestStateError,
+    LockBusy,
     LockfileMismatch,
     NothingToHydrate,
     ToolchainMismatch,
@@ -133,10 +135,10 @@ def default_dest(name: str) -> Path:
 
 def served_path(dest: str | PathLike[str] | None, tc: HostToolchain) -> Path:
     """The dir the runtime's env var names: the toolchain's own subdir of the dest (destdir.py)."""
-    from .destdir import toolchain_dir
+    from .destdir import resolve_dest, toolchain_dir
 
     target = Path(dest) if dest is not None else default_dest(tc.name)
-    return toolchain_dir(target.absolute(), tc.fingerprint.id)
+    return toolchain_dir(resolve_dest(target), tc.fingerprint.id)
 
 
 def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
@@ -262,7 +264,15 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
         if not best_effort:
             raise mismatch
         return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=mismatch.message), exports
-    claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline)
+    _refuse_overlap(settings.node_cache, served.parent)
+    layout_warnings: list[str] = []
+    try:
+        claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline,
+                     warnings=layout_warnings)
+    except (LockBusy, DestStateError) as exc:   # the dest lock held past the deadline, records unusable
+        if not best_effort:
+            raise
+        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=exc.message), exports
     durability = cast("Durability", settings.durability or DEFAULT)
     keys = trusted_keys(trusted, capture_keys)
     with store_on_demand(req.store_url, config) as get:   # one store, one client, for every step below
@@ -276,12 +286,31 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
                            max_bytes=settings.max_bytes, captured=config is None or config.capture_publish)
 
         try:
-            return _run_phases(req, settings, served, exports, get, run)
+            report, exports = _run_phases(req, settings, served, exports, get, run)
         except NothingToHydrate as exc:
             if req.lockfile is None:
                 raise
             raise type(exc)(f"{exc.message} (the manifests lockfile {req.lockfile} pins)", exc.hint,
                             **exc.fields) from None
+    report.warnings[:0] = layout_warnings
+    return report, exports
+
+
+def _refuse_overlap(node_cache: str | None, dest: Path) -> None:
+    """A node cache inside the dest (the server would read its objects) or holding the dest (gc of either
+    would delete the other's files) is refused."""
+    if not node_cache:
+        return
+    import os
+
+    node, top = os.path.realpath(node_cache), os.path.realpath(dest)
+    if node == top or node.startswith(top + os.sep) or top.startswith(node + os.sep):
+        from ..errors import DestinationError
+
+        where = "is" if node == top else "is inside" if node.startswith(top + os.sep) else "holds"
+        raise DestinationError(f"node cache {node_cache} {where} the dest {dest}; they must not overlap",
+                               "put the node cache beside the dest (e.g. /var/cache/ck-node), not in it",
+                               path=node_cache)
 
 
 def _run_phases(req: HydrateRequest, settings: NodeSettings, served: Path, exports: dict[str, str],

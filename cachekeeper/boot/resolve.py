@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +194,8 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def read_lockfile(path: Path) -> tuple[str, str, list[Pin]]:
-    """(backend, fingerprint id, pins). Every problem is one LockfileError naming the lockfile."""
+    """(backend, fingerprint id, pins). Every problem is one LockfileError naming the lockfile: a lockfile
+    may be old, cut short or written by hand, and its names become store keys."""
     backend, fp, pins, _ = _lockfile(path)
     return backend, fp, pins
 
@@ -203,18 +206,23 @@ def lockfile_store(path: Path) -> str | None:
 
 
 def _lockfile(path: Path) -> tuple[str, str, list[Pin], str | None]:
+    from .state import safe_rel
+
     def bad(why: str) -> LockfileError:
         return LockfileError(f"lockfile {path} is malformed or corrupt: {why}", path=str(path))
 
-    try:
-        with open(path, "rb") as f:
+    try:   # a symlink is followed (a ConfigMap mount is one); a FIFO or device never blocks the read
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise LockfileError(f"lockfile {path} is not a regular file", path=str(path))
             raw = f.read(MAX_LOCKFILE_BYTES + 1)
     except FileNotFoundError:
         raise LockfileError(f"lockfile {path} does not exist", path=str(path)) from None
     except IsADirectoryError:
         raise LockfileError(f"lockfile {path} is a directory", path=str(path)) from None
     except OSError as exc:
-        raise LockfileError(f"cannot read lockfile {path}: {exc.strerror}", path=str(path)) from None
+        raise LockfileError(f"cannot read lockfile {path}: {exc.strerror or exc}", path=str(path)) from None
     if len(raw) > MAX_LOCKFILE_BYTES:
         raise bad(f"larger than {MAX_LOCKFILE_BYTES >> 20} MiB")
     try:
@@ -223,14 +231,14 @@ def _lockfile(path: Path) -> tuple[str, str, list[Pin], str | None]:
         raise bad(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
     if not isinstance(doc, dict):
         raise bad(f"a JSON {type(doc).__name__}, not an object")
-    if doc.get("version") != LOCK_VERSION:
-        raise LockfileError(f"lockfile {path} has version {doc.get('version')!r}; this release reads version "
-                            f"{LOCK_VERSION}", path=str(path))
+    if doc.get("version") != LOCK_VERSION or isinstance(doc.get("version"), bool):
+        raise LockfileError(f"lockfile {path} has version {str(doc.get('version'))[:40]!r}; this release reads "
+                            f"version {LOCK_VERSION}", path=str(path))
     backend, fp, manifests, store = (doc.get(k) for k in ("backend", "fingerprint_id", "manifests", "store"))
-    if not isinstance(backend, str) or not backend or not isinstance(fp, str) or not fp:
-        raise bad("no backend or fingerprint_id")
+    if not isinstance(backend, str) or not backend or not isinstance(fp, str) or not _HEX16.fullmatch(fp):
+        raise bad("backend and fingerprint_id must name a toolchain")
     if not isinstance(manifests, list) or not all(
-            isinstance(m, dict) and isinstance(m.get("name"), str) and m["name"]
+            isinstance(m, dict) and isinstance(m.get("name"), str) and safe_rel(m["name"])
             and isinstance(m.get("digest"), str) and _DIGEST.fullmatch(m["digest"]) for m in manifests):
         raise bad("`manifests` must be a list of {name, digest (sha256 hex)}")
     if not manifests:
@@ -240,3 +248,6 @@ def _lockfile(path: Path) -> tuple[str, str, list[Pin], str | None]:
     if store is not None and not isinstance(store, str):
         raise bad("`store` must be a URL")
     return backend, fp, [Pin(m["name"], m["digest"]) for m in manifests], store or None
+
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")

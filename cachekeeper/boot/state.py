@@ -11,13 +11,14 @@ were written with per-file fsyncs); a newer version is not read (the files are r
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DestinationError
+from ..errors import DestStateError
 from ..fs.atomic import atomic_write_bytes
 
 STATE_DIR = ".cachekeeper"
@@ -66,25 +67,124 @@ def file_key(root: str, path: str) -> str:
 
 
 def load_state(dest: Path) -> State | None:
-    """None when the destination was never hydrated (or its state is unreadable: then we re-verify)."""
+    """None when the destination was never hydrated, or its state is lost, unreadable, of a newer version
+    or malformed: then every file is re-verified (and adopted if right), never trusted."""
+    return read_state(dest)[0]
+
+
+def read_state(dest: Path) -> tuple[State | None, str]:
+    """(the state, or None; why a state file that is there was not read: "" when it was, or is absent).
+    The file is input like any other (a server may have written it): every field is type-checked, and
+    a listed path that could leave its root makes the whole file unread. Only a state dir or file that
+    cannot be replaced (a directory where state.json goes) is an error."""
+    path = state_dir(dest) / "state.json"
     try:
-        d = json.loads((state_dir(dest) / "state.json").read_bytes())
-        if d.get("v") not in READABLE_VERSIONS:
-            return None
-        return State(
-            fingerprint_id=d["fingerprint_id"], backend=d["backend"], manifests=dict(d["manifests"]),
-            roots=dict(d.get("roots", {})), signed={k: list(v) for k, v in d.get("signed", {}).items()},
-            captured_seen=[str(n) for n in d.get("captured_seen", ())],
-            files={k: PlacedFile(str(v[0]), int(v[1]), int(v[2])) for k, v in d["files"].items()},
-            durability=str(d.get("durability", "fsync")), boot_id=str(d.get("boot_id", "")),
-            filesystem=str(d.get("filesystem", "")),
-        )
+        raw = read_own(path)
     except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError, IndexError):
-        return None
+        return None, ""
+    except NotARecord as exc:
+        return None, f"{path} is {exc}"
     except OSError as exc:
-        raise DestinationError(f"cannot read hydrate state in {dest}: {exc.strerror}") from None
+        raise DestStateError(f"cannot read hydrate state {path}: {exc.strerror or exc}",
+                             "remove it; the next hydrate re-verifies the files it finds", path=str(path)) from None
+    try:
+        return _parse_state(json.loads(raw)), ""
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        return None, f"{path} is not a state file this release reads ({_why(exc)})"
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _parse_state(d: object) -> State:
+    if not isinstance(d, dict):
+        raise TypeError(f"a JSON {type(d).__name__}, not an object")
+    if d.get("v") not in READABLE_VERSIONS or isinstance(d.get("v"), bool):
+        raise ValueError(f"version {d.get('v')!r}; this release reads {', '.join(map(str, READABLE_VERSIONS))}")
+    files = {}
+    for k, v in _dict(d["files"], "files").items():
+        if not (isinstance(v, list) and len(v) == 3 and isinstance(v[0], str) and _is_count(v[1])
+                and isinstance(v[2], int) and not isinstance(v[2], bool)):
+            raise TypeError(f"files[{k!r}] is not [sha256, size, mtime_ns]")
+        files[_key(k)] = PlacedFile(v[0], v[1], v[2])
+    roots = {_str(k): _str(v) for k, v in _dict(d.get("roots", {}), "roots").items()}
+    if any(not os.path.isabs(v) for v in roots.values()):
+        raise ValueError("a root is not an absolute path")
+    signed = {_str(k): [_str(i) for i in _list(v, "signed")] for k, v in _dict(d.get("signed", {}), "signed").items()}
+    return State(
+        fingerprint_id=_str(d["fingerprint_id"]), backend=_str(d["backend"]),
+        manifests={_str(k): _str(v) for k, v in _dict(d["manifests"], "manifests").items()},
+        roots=roots, signed=signed, captured_seen=[_str(n) for n in _list(d.get("captured_seen", []), "captured_seen")],
+        files=files, durability=_str(d.get("durability", "fsync")), boot_id=_str(d.get("boot_id", "")),
+        filesystem=_str(d.get("filesystem", "")),
+    )
+
+
+def _dict(v: object, what: str) -> dict[str, object]:
+    if not isinstance(v, dict):
+        raise TypeError(f"{what} is not an object")
+    return v
+
+
+def _list(v: object, what: str) -> list[object]:
+    if not isinstance(v, list):
+        raise TypeError(f"{what} is not a list")
+    return v
+
+
+def _str(v: object) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{v!r} is not a string")
+    return v
+
+
+def _is_count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
+
+
+def _key(k: str) -> str:
+    """A "root/path" key whose path stays inside its root (no absolute path, no `..`, no empty part)."""
+    root, _, rel = k.partition("/")
+    if not root or not safe_rel(rel):
+        raise ValueError(f"listed path {k!r} could leave its root")
+    return k
+
+
+def safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and all(p not in ("", ".", "..") for p in parts) and "\0" not in rel
+
+
+class NotARecord(Exception):
+    """A bookkeeping path that is there but is no regular file of a sane size (a FIFO, a symlink...)."""
+
+
+MAX_RECORD = 1 << 30
+
+
+def read_own(path: Path, limit: int = MAX_RECORD) -> bytes:
+    """The bytes of one of cachekeeper's own small files, never blocking on a FIFO or following a
+    symlink swapped in for it: FileNotFoundError when absent, NotARecord when it is no regular file
+    (or larger than `limit`), another OSError when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARecord("a symlink") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARecord("a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+        if st.st_size > limit:
+            raise NotARecord(f"{st.st_size} bytes, more than {limit}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit + 1)
 
 
 def trusted(state: State, dest: Path) -> bool:
@@ -99,7 +199,12 @@ def trusted(state: State, dest: Path) -> bool:
 
 
 def save_state(dest: Path, state: State) -> None:
-    atomic_write_bytes(state_dir(dest) / "state.json", state.to_json())
+    path = state_dir(dest) / "state.json"
+    if path.is_dir() and not path.is_symlink():   # someone made a dir of it: ours to replace, never to follow
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+    atomic_write_bytes(path, state.to_json())
 
 
 def drop_state(dest: Path) -> None:
@@ -113,3 +218,35 @@ def stat_matches(path: Path, placed: PlacedFile) -> bool:
     except OSError:
         return False
     return st.st_size == placed.size and st.st_mtime_ns == placed.mtime_ns and stat.S_ISREG(st.st_mode)
+
+
+def plain_file(root: Path, rel: str) -> Path | None:
+    """`root/rel` when it is a regular file reached through real directories only (a symlinked dir on the
+    way could lead a delete anywhere); else None. `rel` must be `safe_rel`."""
+    here = root
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return None
+    path = here / parts[-1]
+    try:
+        return path if stat.S_ISREG(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+def own_records_dir(dest: Path) -> None:
+    """`<dest>/.cachekeeper` is cachekeeper's: a symlink or file someone put in its place is removed (never
+    followed: the state file would be written wherever it points)."""
+    path = state_dir(dest)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            raise DestStateError(f"{path} is not a directory and cannot be removed: {exc.strerror}",
+                                 path=str(path)) from None

@@ -16,17 +16,21 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fs.atomic import atomic_write_bytes
-from .state import State, save_state, state_dir
+from .state import NotARecord, State, plain_file, read_own, safe_rel, save_state, state_dir
 
 USED = "used"
 
 
 def _record(dest: Path, name: str) -> Path:
+    """The record of entry `name`; a name that could leave `used/` (a state file is input) names one that
+    is never there."""
+    if not safe_rel(name):
+        return state_dir(dest) / USED / ".unsafe-name"
     return state_dir(dest) / USED / f"{name}.json"
 
 
@@ -52,7 +56,7 @@ def record_use(dest: Path, names: Iterable[str]) -> None:
     """Mark entries used now (the no-op hydrate, the runtime helper): one utime each, no write."""
     for name in names:
         with contextlib.suppress(OSError):
-            os.utime(_record(dest, name))
+            os.utime(_record(dest, name), follow_symlinks=False)
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,23 @@ def entries(dest: Path, state: State) -> list[Entry]:
     out: list[Entry] = []
     for name in state.manifests:
         path = _record(dest, name)
-        try:
-            keys = tuple(json.loads(path.read_bytes()))
-            used = os.stat(path).st_mtime
-        except (OSError, ValueError):
-            keys, used = (), 0.0   # placed before records existed: oldest, and frees what the state lists of it
+        keys, used = _read_record(path)
         out.append(Entry(name, keys, sum(state.files[k].size for k in keys if k in state.files), used))
     return sorted(out, key=lambda e: e.last_use)
+
+
+def _read_record(path: Path) -> tuple[tuple[str, ...], float]:
+    """(the entry's file keys, its last use). A record that is missing, unreadable or not a list of keys
+    counts as the oldest and as naming no file (placed before records existed, or written by someone
+    else): its entry goes first, and frees only what other entries do not keep."""
+    try:
+        keys = json.loads(read_own(path, 64 << 20))
+        used = os.lstat(path).st_mtime
+    except (OSError, NotARecord, ValueError, RecursionError):
+        return (), 0.0
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return (), 0.0
+    return tuple(keys), used
 
 
 def plan(dest: Path, state: State, max_bytes: int, *, keep: Collection[str] = (), min_age: float = 3600.0,
@@ -113,8 +127,11 @@ def plan(dest: Path, state: State, max_bytes: int, *, keep: Collection[str] = ()
     return ev
 
 
-def apply(dest: Path, state: State, ev: Eviction) -> None:
-    """Evict `ev.evict` from `dest` (the caller holds the dest lock)."""
+def apply(dest: Path, state: State, ev: Eviction, roots: Mapping[str, Path] | None = None) -> None:
+    """Evict `ev.evict` from `dest` (the caller holds the dest lock). Files are deleted only under `roots`
+    (the hydrate's own; default: the dest alone, never a dir the state file names), through real
+    directories: a state file is input, and its roots or paths never lead a delete elsewhere."""
+    roots = {"cache": dest} if roots is None else roots
     if not ev.evict:
         return
     gone = {e.name for e in ev.evict}
@@ -128,9 +145,11 @@ def apply(dest: Path, state: State, ev: Eviction) -> None:
     save_state(dest, state)   # first: the state never names a file that is gone
     for k in sorted(drop):
         root, _, rel = k.partition("/")
-        if root in state.roots:
+        path = plain_file(roots[root], rel) if root in roots and safe_rel(rel) else None
+        if path is not None:
             with contextlib.suppress(FileNotFoundError):
-                (Path(state.roots[root]) / rel).unlink()
+                path.unlink()
     for name in gone:
         with contextlib.suppress(FileNotFoundError):
             _record(dest, name).unlink()
+

@@ -53,7 +53,7 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
     from ..boot.capture import capture as run
-    from ..boot.capture import hydrated_state, require_publish_allowed
+    from ..boot.capture import capture_target, require_publish_allowed
     from ..boot.destdir import served_dir
     from ..boot.request import store_on_demand
     from ..errors import UsageError
@@ -67,9 +67,9 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     config = load_config(config_path)
     if publish:
         require_publish_allowed(config)
-    state = hydrated_state(Path(dest))
-    tc = toolchain(config, backend or state.backend, pairs, device)
-    dest = str(served_dir(Path(dest), tc.fingerprint.id))
+    top, backend = capture_target(Path(dest), backend, config)
+    tc = toolchain(config, backend, pairs, device)
+    dest = str(served_dir(top, tc.fingerprint.id))
     signing_key = None
     if publish and sign_key:
         from ..format.signing import SigningKey

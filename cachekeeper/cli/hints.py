@@ -92,6 +92,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                              "what is missing"),
     e.BlobsMissing: Hint("run `cachekeeper verify`, then prebuild the affected entries again"),
     e.DestinationError: Hint("choose a writable destination with --dest"),
+    e.DestStateError: Hint("remove the file named (the next hydrate re-verifies what it finds), or pass "
+                           "--best-effort to boot anyway"),
     # hydrate waits for the lock up to its --deadline (10 min without one); capture up to --lock-timeout.
     e.LockBusy: Hint("another hydrate or capture holds the lock; rerun when it is done, or give hydrate a longer "
                      "--deadline (capture: --lock-timeout)",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -125,10 +124,7 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
     if dests or node_cache:
         from .local_gc import local_gc
 
-        if dests:
-            _gc_dests([Path(d) for d in dests], execute, as_json)
-        if max_bytes is not None or node_cache:
-            local_gc(dests, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
+        local_gc(dests, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
         return
     from ..admin.gc import plan_gc, run_gc
     from ..admin.inventory import scan
@@ -153,24 +149,6 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
             "run": execute, "manifests": len(plan.delete_manifests), "signatures": len(plan.delete_signatures),
             "blobs": len(plan.delete_blobs), "debris": len(plan.delete_debris), "kept_blobs": plan.keep_blobs,
             "young": plan.young, "young_debris": plan.young_debris, "unreadable": list(plan.unreadable)}}))
-
-
-def _gc_dests(dests: list[Path], execute: bool, as_json: bool) -> None:
-    """A dest's old toolchains (an image upgrade on a persistent disk): planned, or removed with --run."""
-    from ..boot.destdir import reclaim, reclaimable
-
-    total = count = 0
-    for dest in dests:
-        items = reclaimable(dest.absolute())
-        done = reclaim(dest.absolute(), items) if execute else items
-        for item in done:
-            verb = "removed" if execute else "would remove"
-            click.echo(json.dumps({"action": "remove", "run": execute, "path": str(item.path), "bytes": item.bytes,
-                                   "why": item.why}) if as_json else f"{verb}  {item.path}  ({item.why})")
-        total += sum(i.bytes for i in done)
-        count += len(done)
-    say(f"gc: {count} old toolchain dirs/files of {len(dests)} dests, {total / (1 << 20):.1f} MiB "
-        + ("removed" if execute else "to remove (pass --run)"))
 
 
 def _gc_text_lines(plan: GcPlan, execute: bool) -> None:

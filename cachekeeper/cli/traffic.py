@@ -79,14 +79,15 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
            metrics_port: int | None, as_json: bool) -> None:
     """Batch the calls `cachekeeper.runtime.watch(pipe)` recorded into one miss report under the store's
     reports/ prefix (the only thing a server-role identity may write)."""
+    from ..boot.destdir import backend_of
     from ..boot.request import store_on_demand
-    from ..boot.state import load_state
     from ..runtime.miss_watch import spool_dir
 
     interval = interval_seconds(every, "--watch") if every is not None else None
     config = load_config(config_path)
-    state = load_state(Path(dest)) if dest and Path(dest).is_dir() else None
-    tc = toolchain(config, backend or (state.backend if state else None), pairs, device)
+    if dest and not backend:   # the dest (or its toolchain dir) names the backend hydrate ran for
+        backend = backend_of(Path(dest), needed=config is None or len(config.backend_names()) != 1)
+    tc = toolchain(config, backend, pairs, device)
     spool = Path(spool_path) if spool_path else spool_dir()
     sidecar = _metrics_sidecar(metrics_port, interval, tc.name, tc.fingerprint.id)
     with store_on_demand(store_url, config) as store_fn:

@@ -51,7 +51,7 @@ def test_gc_skips_a_toolchain_dir_that_a_hydrate_holds(tmp_path: Path, store: Fi
     dest = tmp_path / "dest"
     old = claim_layout(dest, fingerprint("1").id, "fake", lock_timeout=1)
     hydrate_into(lambda: store, old, [_name(store)])
-    claim_layout(dest, fingerprint("2").id, "fake", lock_timeout=1)
+    claim_layout(dest, fingerprint("2").id, "fake", lock_timeout=1).mkdir()
     items = reclaimable(dest)
     assert [i.path for i in items] == [old] and items[0].bytes > sum(len(b) for b in FILES.values())  # and its state
     with FileLock(old / ".cachekeeper" / "lock"):
@@ -75,6 +75,7 @@ def test_a_dir_of_foreign_files_is_refused_and_capture_resolves_the_current_tool
     with pytest.raises(DestinationError, match="did not place"):
         claim_layout(foreign, "abc", "fake", lock_timeout=1)
     dest = tmp_path / "dest"
-    served = claim_layout(dest, "abc", "fake", lock_timeout=1)
+    fp = fingerprint("3").id
+    served = claim_layout(dest, fp, "fake", lock_timeout=1)
     served.mkdir()
-    assert served_dir(dest) == served == toolchain_dir(dest, "abc") and served_dir(served) == served
+    assert served_dir(dest) == served == toolchain_dir(dest, fp) and served_dir(served) == served

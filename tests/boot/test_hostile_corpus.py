@@ -115,11 +115,6 @@ def _symlinked_parent(c: Case) -> None:
     (c.served / "b").symlink_to(c.tmp / "elsewhere")
 
 
-def _state_dir_is_a_file(c: Case) -> None:
-    c.dest.mkdir()
-    (c.dest / ".cachekeeper").write_text("not a directory")
-
-
 def _dest_is_a_file(c: Case) -> None:
     c.dest.write_text("a file")
 
@@ -171,7 +166,6 @@ CORPUS: dict[str, tuple[Callable[[Case], object], str]] = {   # label: (make it 
     "FIFO in dest": (_fifo, "FIFO, socket or device"),
     "device in dest": (_device, "FIFO, socket or device"),
     "symlinked parent in dest": (_symlinked_parent, "escapes"),
-    "state dir occupied by a file": (_state_dir_is_a_file, "cannot create directory"),
     "dest is a file": (_dest_is_a_file, "cannot create directory"),
 }
 
