@@ -44,7 +44,7 @@ FORMATS = ENV_FORMATS
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="hydrate the entries this config names")
-@click.option("--lockfile", type=click.Path(dir_okay=False), help="hydrate exactly the manifests a lockfile pins")
+@click.option("--lockfile", type=click.Path(), help="hydrate exactly the manifests a lockfile pins")
 @click.option("--backend", help="backend (default: the config's or lockfile's only one)")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--shape", "shapes", multiple=True, metavar="HxWxB", help="only these compiled shapes of the config")
@@ -116,7 +116,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
         ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
         env_file=env_file, env_format=env_format)
     req = resolve_request(config=load_config(config_path), lockfile=lockfile, backend=backend, models=models,
-                          shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
+                          shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url,
+                          best_effort=best_effort)
     with collector_paused():
         report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
                                       trusted=trusted_keys, deadline=deadline, best_effort=best_effort,

@@ -31,8 +31,8 @@ class Host:
                             "FAKE_SHARED_DIR": str(tmp / "shared")}.items():
             monkeypatch.setenv(name, value)
         for name in ("CACHEKEEPER_CATALOG", "CACHEKEEPER_SIGNING_KEY", "CACHEKEEPER_TRUSTED_KEYS", "FAKE_TOOLCHAIN",
-                     "CACHEKEEPER_DEADLINE", "CACHEKEEPER_BEST_EFFORT", "CACHEKEEPER_MAX_BYTES", "CACHEKEEPER_NODE_CACHE",
-                     "CACHEKEEPER_SPOOL"):
+                     "CACHEKEEPER_DEADLINE", "CACHEKEEPER_BEST_EFFORT", "CACHEKEEPER_MAX_BYTES",
+                     "CACHEKEEPER_NODE_CACHE", "CACHEKEEPER_SPOOL"):
             monkeypatch.delenv(name, raising=False)
         spec = load_config(str(self.config)).entries()[0].spec
         built = tmp / "built"

@@ -33,13 +33,13 @@ def test_the_readme_python_example_runs_as_written(world: World, monkeypatch: py
     monkeypatch.delenv("FAKE_CACHE_DIR", raising=False)
     monkeypatch.chdir(world.tmp)                                   # the example's ck.yaml
     scope: dict[str, object] = {}
-    exec(before.replace('"/var/cache/ck"', repr(str(dest))), scope)  # noqa: S102 - the README's own code
+    exec(before.replace('"/var/cache/ck"', repr(str(dest))), scope)
     served = Path(os.environ["FAKE_CACHE_DIR"])
     report = scope["report"]
     assert served == report.dest == dest / report.fingerprint_id  # type: ignore[attr-defined]
     assert sorted(p.name for p in served.rglob("*.neff")) == ["k0.neff", "k1.neff", "k2.neff"]
     runtime_writes(served, "new/graph.neff", b"compiled by the server")   # the `...`: serving compiles
-    exec(after, scope)  # noqa: S102
+    exec(after, scope)
     captured = scope["captured"]
     assert captured.files == ["new/graph.neff"] and captured.manifest  # type: ignore[attr-defined]
     assert world.captured_keys() == [f"manifests/{report.fingerprint_id}/{captured.manifest}.json"]  # type: ignore[attr-defined]
