@@ -60,7 +60,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     from .boot.request import resolve_request, run_request
 
     req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
-                          device=device, options=options, dest=dest, store_url=store)
+                          device=device, options=options, dest=dest, store_url=store, best_effort=best_effort)
     report, _ = run_request(req, verify=verify, require_all=require_all, threads=threads, trusted=trusted_keys,
                             deadline=deadline, best_effort=best_effort, capture_keys=capture_keys)
     return report

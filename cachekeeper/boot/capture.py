@@ -39,11 +39,10 @@ from ..format.fingerprint import Fingerprint
 from ..format.layout import captured_set_name
 from ..format.manifest import KIND_CAPTURED, Manifest
 from ..fs.atomic import atomic_write_bytes
-from ..fs.locks import FileLock
 from ..fs.paths import TMP_SUFFIX, ensure_dir
 from ..snapshot import LocalFile
 from ..stores.base import Store
-from .state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, state_dir
+from .state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, records_lock, state_dir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -310,7 +309,7 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
     state = open_dest(dest, fingerprint)
     report = CaptureReport(dest=dest, fingerprint_id=fingerprint.id)
     # Under hydrate's lock: a hydrate in progress places files before its state names them.
-    with FileLock(state_dir(dest) / "lock", timeout=lock_timeout):
+    with records_lock(dest, timeout=lock_timeout):
         state = open_dest(dest, fingerprint)
         journal = load_journal(dest)
         found = scan(dest, state, journal, include)
@@ -326,7 +325,7 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
                            "run capture again once the server finished compiling (or keep capture watching)",
                            path=str(dest))
     if complete:
-        with FileLock(state_dir(dest) / "capture.lock", timeout=lock_timeout):
+        with records_lock(dest, "capture.lock", timeout=lock_timeout):
             _publish(dest, fingerprint, state, complete, open_store, signing_key, catalog, report)
     report.seconds = time.monotonic() - t0
     return report

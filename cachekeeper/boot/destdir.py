@@ -23,9 +23,8 @@ from pathlib import Path
 
 from ..errors import DestinationError, DestStateError, LockBusy
 from ..fs.atomic import atomic_write_bytes
-from ..fs.locks import FileLock
 from ..fs.paths import ensure_dir, new_tag
-from .state import STATE_DIR, NotARecord, load_state, own_records_dir, plain_file, read_own, state_dir
+from .state import STATE_DIR, NotARecord, load_state, own_records_dir, plain_file, read_own, records_lock, state_dir
 
 LAYOUT_FILE = "layout.json"
 LAYOUT_VERSION = 2          # 1: the flat layout (files and state.json directly in the dest)
@@ -90,9 +89,8 @@ def read_layout(dest: Path) -> Layout | None:
 
 
 def _is_ours(entry: Path) -> bool:
-    """The dest's records, or a toolchain dir (a fingerprint id holding records of its own)."""
-    return entry.name == STATE_DIR or (is_fingerprint_id(entry.name) and not entry.is_symlink()
-                                       and (entry / STATE_DIR).is_dir())
+    """The dest's records, or a toolchain dir (a directory named by a fingerprint id)."""
+    return entry.name == STATE_DIR or (is_fingerprint_id(entry.name) and not entry.is_symlink() and entry.is_dir())
 
 
 def claim_layout(dest: Path, fingerprint_id: str, backend: str, *, lock_timeout: float,
@@ -104,12 +102,15 @@ def claim_layout(dest: Path, fingerprint_id: str, backend: str, *, lock_timeout:
     own_records_dir(dest)
     if not os.access(dest, os.W_OK):
         raise DestinationError(f"destination {dest} is not writable", path=str(dest))
-    with FileLock(state_dir(dest) / "lock", timeout=lock_timeout):
+    with records_lock(dest, timeout=lock_timeout):
         layout = _parse_layout(dest)
         if isinstance(layout, str):
             if warnings is not None:
                 warnings.append(f"{layout}; rewritten with toolchain {fingerprint_id} as current")
             layout = None
+            path = state_dir(dest) / LAYOUT_FILE
+            if path.is_dir() and not path.is_symlink():   # ours to replace: a rename cannot go over it
+                shutil.rmtree(path, ignore_errors=True)
         elif layout is None and not os.path.lexists(state_dir(dest) / "state.json") \
                 and not all(_is_ours(p) for p in dest.iterdir()):
             raise DestinationError(f"{dest} already holds files cachekeeper did not place",
@@ -243,7 +244,7 @@ def reclaim(dest: Path, items: list[Reclaimable]) -> list[Reclaimable]:
     released, so a booting hydrate never waits for it."""
     done: list[Reclaimable] = []
     trash: list[Path] = []
-    with FileLock(state_dir(dest) / "lock", timeout=10.0):
+    with records_lock(dest, timeout=10.0):
         live = current_dir(dest).name if items else ""   # again, under the lock: a hydrate may have switched
         for item in items:
             if item.path.relative_to(dest).parts[0] == live:
@@ -253,7 +254,7 @@ def reclaim(dest: Path, items: list[Reclaimable]) -> list[Reclaimable]:
                 done.append(item)
                 continue
             try:
-                with FileLock(state_dir(item.path) / "lock", timeout=0.0):
+                with records_lock(item.path, timeout=0.0):
                     trash.append(state_dir(dest) / f"reclaim-{item.path.name}-{new_tag()}")
                     os.rename(item.path, trash[-1])   # gone from the dest at once
             except LockBusy:

@@ -53,6 +53,7 @@ from .state import (
     file_key,
     own_records_dir,
     read_state,
+    records_lock,
     save_state,
     stat_matches,
     state_dir,
@@ -267,7 +268,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
     durability, max_bytes = local.durability, local.max_bytes
     _prepare_dest(dest)
     roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
-    with FileLock(state_dir(dest) / "lock", timeout=_lock_wait(budget)):
+    with records_lock(dest, timeout=_lock_wait(budget)):
         state = _read_state(dest, fingerprint, roots, report)
         _guard_toolchain(dest, state, fingerprint)
         trusted_ids = {k.id for k in trusted}

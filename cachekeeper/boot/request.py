@@ -21,6 +21,7 @@ from ..errors import (
     ConfigError,
     DestStateError,
     LockBusy,
+    LockfileError,
     LockfileMismatch,
     NothingToHydrate,
     ToolchainMismatch,
@@ -61,6 +62,7 @@ class HydrateRequest:
     store_url: str | None = None            # None: the config's store, else the default
     locked_fingerprint: str | None = None   # the toolchain a lockfile pins (checked when the hydrate runs)
     lockfile: str | None = None
+    unreadable: str = ""                    # best effort: why the lockfile could not be read (nothing hydrated)
 
 
 def load_config(path: str | PathLike[str] | None) -> Config | None:
@@ -164,18 +166,27 @@ def store_on_demand(url: str | None, config: Config | None) -> OnDemand:
 def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,
                     models: Sequence[str] = (), shapes: Sequence[str] = (), device: str | None = None,
                     options: Mapping[str, str] | None = None, dest: str | PathLike[str] | None = None,
-                    store_url: str | None = None) -> HydrateRequest:
+                    store_url: str | None = None, best_effort: bool = False) -> HydrateRequest:
     """A lockfile pins exact manifests (and names its backend and toolchain, which must be this host's);
-    a config names entries (optionally only some models and shapes); neither lists the store."""
+    a config names entries (optionally only some models and shapes); neither lists the store. With
+    `best_effort` and the backend named, a lockfile that cannot be read hydrates nothing (the request says
+    why in `unreadable`): the boot still gets its env."""
     pins: list[Pin] | None = None
     locked_fp = None
+    unreadable = ""
     if lockfile is not None:
         if config is not None:
             raise UsageError(f"config {config.source} and lockfile {lockfile} both name what to hydrate; "
                              "a lockfile pins exact manifests, so give one of them")
-        locked_backend, locked_fp, pins = read_lockfile(Path(lockfile))
+        try:
+            locked_backend, locked_fp, pins = read_lockfile(Path(lockfile))
+        except LockfileError as exc:
+            if not (best_effort and backend):
+                raise
+            locked_backend, locked_fp, pins, unreadable = backend, None, [], exc.message
         # The store `lock` read the pins from, unless --store / CACHEKEEPER_STORE names another.
-        store_url = store_url or lockfile_store(Path(lockfile))
+        if not unreadable:
+            store_url = store_url or lockfile_store(Path(lockfile))
         if backend and backend != locked_backend:
             raise UsageError(f"backend {backend} and lockfile {lockfile} (which pins backend {locked_backend}) "
                              "disagree; give one of them")
@@ -191,7 +202,7 @@ def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | No
         pins = [Pin(e.spec.key, kind=KIND_ENTRY) for e in entries]
     target = Path(dest) if dest is not None else default_dest(tc.name)
     return HydrateRequest(config, tc, pins, target, frozenset(models) or None, store_url, locked_fp,
-                          None if lockfile is None else str(lockfile))
+                          None if lockfile is None else str(lockfile), unreadable)
 
 
 def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
@@ -260,10 +271,11 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
         raise UsageError("hot first (ready after N entries) needs the wanted entries in order: a config or a "
                          "lockfile names them, a listing of the store does not")
     mismatch = _lock_mismatch(req)
-    if mismatch is not None:
-        if not best_effort:
+    if mismatch is not None or req.unreadable:
+        if mismatch is not None and not best_effort:
             raise mismatch
-        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=mismatch.message), exports
+        why = mismatch.message if mismatch is not None else req.unreadable
+        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=why), exports
     _refuse_overlap(settings.node_cache, served.parent)
     layout_warnings: list[str] = []
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import DestStateError
 from ..fs.atomic import atomic_write_bytes
+from ..fs.locks import FileLock
 
 STATE_DIR = ".cachekeeper"
 STATE_VERSION = 2
@@ -250,3 +251,27 @@ def own_records_dir(dest: Path) -> None:
         except OSError as exc:
             raise DestStateError(f"{path} is not a directory and cannot be removed: {exc.strerror}",
                                  path=str(path)) from None
+
+
+def records_lock(dest: Path, name: str = "lock", timeout: float = 600.0) -> FileLock:
+    """The lock `<dest>/.cachekeeper/<name>`. Its records dir and the lock file are cachekeeper's: a
+    symlink, file, directory or FIFO someone left in their place is removed first (a lock is only ever
+    an empty regular file, and one that is not cannot be held by anyone)."""
+    own_records_dir(dest)
+    path = state_dir(dest) / name
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                import shutil
+
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            raise DestStateError(f"{path} is not a lock file and cannot be removed: {exc.strerror}",
+                                 path=str(path)) from None
+    return FileLock(path, timeout=timeout)

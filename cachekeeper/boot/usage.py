@@ -38,7 +38,8 @@ def record(dest: Path, entries: dict[str, list[str]]) -> None:
     """The files of each entry just applied, and now as its last use (not fsynced: a lost record only
     makes an entry look older)."""
     for name, keys in entries.items():
-        atomic_write_bytes(_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
+        with contextlib.suppress(OSError):   # a dir or such in its place: the entry only looks older
+            atomic_write_bytes(_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
 
 
 def last_uses(dest: Path) -> dict[str, float]:

@@ -46,7 +46,7 @@ FORMATS = ENV_FORMATS
 
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="hydrate the entries this config names")
-@click.option("--lockfile", type=click.Path(dir_okay=False), help="hydrate exactly the manifests a lockfile pins")
+@click.option("--lockfile", type=click.Path(), help="hydrate exactly the manifests a lockfile pins")
 @click.option("--backend", help="backend (default: the config's or lockfile's only one)")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--shape", "shapes", multiple=True, metavar="HxWxB", help="only these compiled shapes of the config")
@@ -127,7 +127,8 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     needs("node_cache_link", "node_cache", met=from_config)
     needs("node_max", "node_cache", met=from_config)
     req = resolve_request(config=config, lockfile=lockfile, backend=backend, models=models,
-                          shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url)
+                          shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url,
+                          best_effort=best_effort)
     metrics_file = metrics_file or (req.config.hydrate_metrics_file if req.config else None)
     try:
         with collector_paused():

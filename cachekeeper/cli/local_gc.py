@@ -66,11 +66,10 @@ def local_gc(dests: tuple[str, ...], node_cache: str | None, max_bytes: str | No
 
 def _gc_dest(dest: Path, budget: int, keep: set[str], min_age: float, execute: bool, as_json: bool) -> None:
     from ..boot import usage
-    from ..boot.state import load_state, state_dir
+    from ..boot.state import load_state, records_lock
     from ..errors import DestinationError
-    from ..fs.locks import FileLock
 
-    with FileLock(state_dir(dest) / "lock", timeout=0):
+    with records_lock(dest, timeout=0):
         state = load_state(dest)
         if state is None:
             raise DestinationError(f"{dest} has no state file this release reads (never hydrated, or it was lost); "

@@ -175,7 +175,11 @@ def test_a_malformed_lockfile_is_one_error_line_naming_it(host: Host, text: str)
     lock = host.tmp / "ck.lock"
     lock.write_text(text)
     result = host.cli("hydrate", "--lockfile", str(lock), "--dest", str(host.tmp / "d"), "--best-effort")
-    assert str(lock) in one_error(result, 2)
+    assert str(lock) in one_error(result, 2)   # which backend's env to print, it cannot say
+    result = host.cli("hydrate", "--lockfile", str(lock), "--backend", "fake", "--dest", str(host.tmp / "d"),
+                      "--best-effort", "--print-env")
+    assert result.exit_code == 0 and exported(result) == {"FAKE_CACHE_DIR": str(host.served(host.tmp / "d"))}
+    assert len(warnings(result)) == 1 and str(lock) in warnings(result)[0]
 
 
 def test_a_layout_of_a_newer_release_is_one_error_and_best_effort_boots_with_the_env(host: Host) -> None:

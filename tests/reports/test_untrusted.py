@@ -419,11 +419,8 @@ HOSTILE_ROWS = {   # a row's height, and what the one line says of it
 }
 
 
-@pytest.mark.parametrize(("height", "says"), list(HOSTILE_ROWS.values()), ids=list(HOSTILE_ROWS))
-def test_one_bad_report_fails_no_command_through_the_real_cli(tmp_path: Path, height: Any, says: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 28: a server-role identity wrote `"height": 1e400`; every booting host then tracebacked (exit 1,
-    no env), and so did suggest and stats --traffic."""
+def _served_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """The fake backend's config in tmp_path, and its toolchain's fingerprint id on this host."""
     from cachekeeper.boot.request import resolve_request
 
     (tmp_path / "model").mkdir()
@@ -431,7 +428,15 @@ def test_one_bad_report_fails_no_command_through_the_real_cli(tmp_path: Path, he
     config.write_text(fake_config(tmp_path / "model"))
     for k, v in ENABLE.items():
         monkeypatch.setenv(k, v)
-    fp = resolve_request(config=load_config(config), dest=tmp_path / "d").toolchain.fingerprint.id
+    return config, resolve_request(config=load_config(config), dest=tmp_path / "d").toolchain.fingerprint.id
+
+
+@pytest.mark.parametrize(("height", "says"), list(HOSTILE_ROWS.values()), ids=list(HOSTILE_ROWS))
+def test_one_bad_report_fails_no_command_through_the_real_cli(tmp_path: Path, height: Any, says: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: a server-role identity wrote `"height": 1e400`; every booting host then tracebacked (exit 1,
+    no env), and so did suggest and stats --traffic."""
+    config, fp = _served_config(tmp_path, monkeypatch)
     doc = a_good_report(fp, [96])
     doc["rows"][0]["height"] = height
     key = report_key(fp, since_stamp(0), "ab" * 8, 1)
@@ -492,14 +497,7 @@ def test_a_fifo_or_dir_planted_among_a_file_store_s_reports_is_one_line_not_a_ha
     of it would block forever. The store reads regular files only; the reader skips the object in one line."""
     import os
 
-    from cachekeeper.boot.request import resolve_request
-
-    (tmp_path / "model").mkdir()
-    config = tmp_path / "ck.yaml"
-    config.write_text(fake_config(tmp_path / "model"))
-    for k, v in ENABLE.items():
-        monkeypatch.setenv(k, v)
-    fp = resolve_request(config=load_config(config), dest=tmp_path / "d").toolchain.fingerprint.id
+    config, fp = _served_config(tmp_path, monkeypatch)
     store = FileStore(tmp_path / "store", create=True)
     good = report_key(fp, since_stamp(0), "ab" * 8, 1)
     store.put_bytes(good, emit(a_good_report(fp, [96])).encode())
