@@ -141,7 +141,8 @@ def resolve_dest(path: Path) -> Path:
     path = Path(os.path.abspath(path))
     if STATE_DIR in path.parts:
         raise DestinationError(f"{path} is inside cachekeeper's own records ({STATE_DIR}/), not a dest",
-                               "pass the dest itself (the dir given to hydrate --dest)", path=str(path))
+                               "pass the dest itself: the dir that holds layout.json and the toolchain dirs",
+                               path=str(path))
     if _has_layout(path):
         return path
     if is_fingerprint_id(path.name) and (_has_layout(path.parent) or _names_itself(path)):

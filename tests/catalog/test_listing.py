@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cachekeeper.catalog import Catalog, db, listing
 from cachekeeper.catalog.listing import FIELDS, direct_lines
+from cachekeeper.errors import CatalogURLError
 
 from .helpers import FP2, entry, shared
 
@@ -62,7 +65,9 @@ def test_the_driver_steps_aside_for_what_the_catalog_must_handle(catalog: Catalo
                                                                  tmp_path: Path) -> None:
     assert _direct(f"sqlite:///{tmp_path / 'not-yet.db'}") is None     # the Catalog creates and migrates it
     assert not (tmp_path / "not-yet.db").exists()
-    assert _direct("sqlite://") is None and _direct("mysql://h/db") is None
+    assert _direct("sqlite://") is None
+    with pytest.raises(CatalogURLError, match="supported: sqlite:///path"):   # a usage error, not a fallback
+        _direct("mysql://h/db")
     catalog.downgrade("0002")                                           # an older schema: upgrade, or one line
     assert _direct(catalog_url) is None
     catalog.upgrade()
