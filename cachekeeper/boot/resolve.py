@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from ..format.fingerprint import Fingerprint
 from ..format.layout import is_captured_name, manifest_key
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..fs.atomic import atomic_write_bytes
+from ..fs.paths import NotRegular, open_regular
 from ..stores.base import Store
 from ..stores.manifests import manifest_keys
 
@@ -212,15 +211,12 @@ def _lockfile(path: Path) -> tuple[str, str, list[Pin], str | None]:
         return LockfileError(f"lockfile {path} is malformed or corrupt: {why}", path=str(path))
 
     try:   # a symlink is followed (a ConfigMap mount is one); a FIFO or device never blocks the read
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise LockfileError(f"lockfile {path} is not a regular file", path=str(path))
+        with open_regular(path, follow=True) as f:
             raw = f.read(MAX_LOCKFILE_BYTES + 1)
     except FileNotFoundError:
         raise LockfileError(f"lockfile {path} does not exist", path=str(path)) from None
-    except IsADirectoryError:
-        raise LockfileError(f"lockfile {path} is a directory", path=str(path)) from None
+    except NotRegular as exc:
+        raise LockfileError(f"lockfile {path} is {exc}", path=str(path)) from None
     except OSError as exc:
         raise LockfileError(f"cannot read lockfile {path}: {exc.strerror or exc}", path=str(path)) from None
     if len(raw) > MAX_LOCKFILE_BYTES:

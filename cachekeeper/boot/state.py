@@ -11,7 +11,6 @@ were written with per-file fsyncs); a newer version is not read (the files are r
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import stat
@@ -21,6 +20,7 @@ from pathlib import Path
 from ..errors import DestStateError
 from ..fs.atomic import atomic_write_bytes
 from ..fs.locks import FileLock
+from ..fs.paths import NotRegular, open_regular
 
 STATE_DIR = ".cachekeeper"
 STATE_VERSION = 2
@@ -170,21 +170,13 @@ def read_own(path: Path, limit: int = MAX_RECORD) -> bytes:
     symlink swapped in for it: FileNotFoundError when absent, NotARecord when it is no regular file
     (or larger than `limit`), another OSError when it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotARecord("a symlink") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotARecord("a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
-        if st.st_size > limit:
-            raise NotARecord(f"{st.st_size} bytes, more than {limit}")
-    except BaseException:
-        os.close(fd)
-        raise
-    with os.fdopen(fd, "rb") as f:
+        f = open_regular(path, follow=False)
+    except NotRegular as exc:
+        raise NotARecord(str(exc)) from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise NotARecord(f"{size} bytes, more than {limit}")
         return f.read(limit + 1)
 
 

@@ -4,12 +4,14 @@ a sweep can tell a live writer's file from a dead one's)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import os
 import stat
 import time
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ..errors import DestinationError, UnsafePath
 
@@ -144,3 +146,26 @@ def lstat_or_none(path: Path) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+class NotRegular(Exception):
+    """A path that is there but is no regular file: a FIFO, device, directory, or (unfollowed) a symlink."""
+
+
+def open_regular(path: str | os.PathLike[str], *, follow: bool) -> BinaryIO:
+    """Open a regular file for reading without ever blocking on a FIFO or device planted in its place
+    (O_NONBLOCK until fstat says it is a plain file). `follow=False` also refuses a symlink. Raises
+    FileNotFoundError when absent, NotRegular (naming what is there) when it is no regular file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotRegular("a symlink") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegular("a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")

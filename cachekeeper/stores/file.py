@@ -8,7 +8,6 @@ import contextlib
 import errno
 import os
 import shutil
-import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -24,7 +23,7 @@ from ..errors import (
 )
 from ..format.layout import TEMP_SUFFIX
 from ..fs.atomic import atomic_writer
-from ..fs.paths import CHUNK
+from ..fs.paths import CHUNK, NotRegular, open_regular
 from .base import Body, Debris, ObjectInfo, Store, check_key
 from .url import StoreURL, local_path, split_url
 
@@ -33,16 +32,13 @@ def _open_object(path: Path, url: str, key: str) -> BinaryIO:
     """An object for reading: a regular file only. A FIFO, device or directory planted in the store
     (anyone with filesystem access to it can) would block or never end a read: it is a corrupt object."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return open_regular(path, follow=True)
     except FileNotFoundError:
         raise ObjectNotFound(f"{url}/{key} not found", key=key, url=url) from None
+    except NotRegular:
+        raise IntegrityError(f"{url}/{key} is not a regular file", key=key, url=url) from None
     except OSError as exc:
         raise StoreError(f"{url}/{key}: {exc.strerror}", key=key, url=url) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise IntegrityError(f"{url}/{key} is not a regular file", key=key, url=url)
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 class _FileBody(Body):
