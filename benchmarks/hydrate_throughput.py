@@ -211,7 +211,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from cachekeeper import snapshot  # noqa: F401  (imported for its constants)
-    from cachekeeper.publish import publish
+    from cachekeeper.publish.upload import publish
     from cachekeeper.stores import open_store
     from tests.core.helpers import fingerprint, spec
 

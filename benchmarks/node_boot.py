@@ -113,7 +113,7 @@ def main() -> None:
                     help="--node-cache-link for the node-cache runs")
     args = ap.parse_args()
 
-    from cachekeeper.publish import publish
+    from cachekeeper.publish.upload import publish
     from cachekeeper.stores import open_store
     from tests.core.helpers import fingerprint, spec
 

@@ -4,7 +4,7 @@
 
 Data (as in hydrate_throughput.py): (a) 2,000 files of 64-512 KiB in the TorchNeuron layout (~562 MiB);
 (b) 4 x 256 MiB. Each repeat publishes into a fresh prefix (nothing is present yet) with
-`cachekeeper.publish.publish` (plan: hash, pack, one batch existence check; execute: parallel uploads
+`cachekeeper.publish.upload.publish` (plan: hash, pack, one batch existence check; execute: parallel uploads
 under a bytes-in-flight bound) and runs `aws s3 sync` of the tree into another fresh prefix, alternating
 which goes first. Prints medians (wall, MiB/s, CPU seconds, peak RSS) and the ratio publish / sync.
 """
@@ -27,7 +27,7 @@ MiB = 1 << 20
 PUBLISH = """
 import sys
 from pathlib import Path
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores import open_store
 from tests.core.helpers import fingerprint, spec
 publish(open_store(sys.argv[1]), fingerprint=fingerprint(), spec=spec(), roots={"cache": Path(sys.argv[2])},

@@ -67,9 +67,9 @@ def before(store: object) -> int:
 
 
 def after(store: object) -> int:
-    from cachekeeper.admin.inventory import scan
     from cachekeeper.admin.verify import verify_store
     from cachekeeper.stores.base import Store
+    from cachekeeper.stores.inventory import scan
 
     assert isinstance(store, Store)
     return len(list(verify_store(store, scan(store, debris=False))))

@@ -2,7 +2,7 @@
 
 The Python API (`cachekeeper.hydrate`, `cachekeeper.env`, `cachekeeper.capture`, see `cachekeeper.api`) is
 loaded on first use, so `import cachekeeper` stays cheap and never imports torch. No subpackage shares a
-public function's name (the boot side lives in `cachekeeper.boot`), so a plain module `__getattr__` serves them.
+public function's name (the boot side lives in `cachekeeper.hydration`), so a plain module `__getattr__` serves them.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .api import capture, env, hydrate
-    from .boot.capture import CaptureReport
-    from .boot.hydrate import HydrateReport
+    from .captures.capture import CaptureReport
+    from .hydration.engine import HydrateReport
 
 _LAZY = {
     "hydrate": "cachekeeper.api",
     "env": "cachekeeper.api",
     "capture": "cachekeeper.api",
-    "HydrateReport": "cachekeeper.boot.hydrate",
-    "CaptureReport": "cachekeeper.boot.capture",
+    "HydrateReport": "cachekeeper.hydration.engine",
+    "CaptureReport": "cachekeeper.captures.capture",
 }
 
 

@@ -8,7 +8,7 @@
     cachekeeper.capture(report.dest, config="tiny.yaml", publish=True)          # -> CaptureReport
 
 Each call resolves the config, lockfile, backend, fingerprint and store exactly as the CLI does (the same
-functions, in `boot/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
+functions, in `hydration/request.py`) and raises the same `CachekeeperError` subclasses (`.message`,
 `.exit_code`, and the subject as fields: `.key`, `.url`, `.path`, `.fingerprint`; the CLI's next step for
 an error is `cachekeeper.cli.hints.hint_for(exc)`). Nothing here imports torch or a database driver;
 `import cachekeeper` loads this module only on first use.
@@ -22,24 +22,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .boot.capture import CaptureReport
-    from .boot.hydrate import HydrateReport
-    from .boot.request import HostToolchain
+    from .backends.host import HostToolchain
+    from .captures.capture import CaptureReport
     from .catalog import Catalog
     from .config import Config
+    from .hydration.engine import HydrateReport
 
 StrPath = str | PathLike[str]
 
 
 def _toolchain(config: Config | None, backend: str | None, device: str | None,
                options: Mapping[str, str] | None) -> HostToolchain:
-    from .boot.request import host_toolchain, pick_backend
+    from .backends.host import host_toolchain, pick_backend
 
     return host_toolchain(config, pick_backend(config, backend), options, device)
 
 
 def _config(path: StrPath | None) -> Config | None:
-    from .boot.request import load_config
+    from .hydration.request import load_config
 
     return load_config(path)
 
@@ -57,7 +57,7 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     (unset, the config's `hydrate` settings apply, as in the CLI).
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    from .boot.request import resolve_request, run_request
+    from .hydration.request import resolve_request, run_request
 
     req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
                           device=device, options=options, dest=dest, store_url=store, best_effort=best_effort)
@@ -72,8 +72,8 @@ def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrP
     Set them before the runtime reads them (Inductor: before `import torch`). `dest` is the dest hydrate
     was given or its toolchain dir (`report.dest`); the backend, unless named, is the one the dest was
     hydrated for (its layout.json), else the config's only one."""
-    from .boot.destdir import backend_of
-    from .boot.request import served_path
+    from .hydration.destdir import backend_of
+    from .hydration.request import served_path
 
     cfg = _config(config)
     if backend is None and dest is not None:
@@ -88,10 +88,10 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
-    from .boot.capture import capture as run
-    from .boot.capture import capture_target, require_publish_allowed
-    from .boot.destdir import served_dir
-    from .boot.request import store_on_demand
+    from .captures.capture import capture as run
+    from .captures.capture import capture_target, require_publish_allowed
+    from .hydration.destdir import served_dir
+    from .hydration.request import store_on_demand
 
     settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
     cfg = _config(config)

@@ -64,7 +64,7 @@ class FakeBackend(Backend):
 
 def served(dest: Path) -> Path:
     """The dir a hydrate into `dest` filled and named in the env: its current toolchain's own subdir
-    (cachekeeper/boot/destdir.py)."""
+    (cachekeeper/hydration/destdir.py)."""
     import json
 
     return dest / json.loads((dest / ".cachekeeper" / "layout.json").read_text())["current"]

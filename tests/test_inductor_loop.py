@@ -124,8 +124,9 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from cachekeeper.boot.request import host_toolchain, load_config
-from cachekeeper.publish import publish
+from cachekeeper.backends.host import host_toolchain
+from cachekeeper.hydration.request import load_config
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores import open_store
 
 config = load_config(sys.argv[1])

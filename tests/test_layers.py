@@ -14,7 +14,7 @@ LINT = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imp
 # One import per contract that the contract must refuse: (file, the line appended to it, the contract).
 VIOLATIONS = [
     ("stores/memory.py", "from ..cli import hints", "the CLI is above the library"),
-    ("boot/state.py", "from ..catalog import db", "the boot path never imports the build side"),
+    ("hydration/state.py", "from ..catalog import db", "the boot path never imports the build side"),
     ("stores/url.py", "from ..backends import toolchain", "stores import neither the catalog nor the backends"),
     ("format/canonical.py", "from ..stores import base", "format modules import nothing above them"),
     ("stores/base.py", "from . import reader", "the store contract imports no store and not the read side"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..format.layout import blob_key, signature_key
 from ..stores.base import Debris, Store
-from .inventory import Inventory
+from ..stores.inventory import Inventory
 
 DEFAULT_MIN_AGE = 3600.0   # longer than any publish takes between its first blob and its manifest
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..format.layout import blob_key, signature_key
 from ..stores.base import Store
-from .inventory import Inventory
+from ..stores.inventory import Inventory
 
 
 @dataclass(frozen=True)

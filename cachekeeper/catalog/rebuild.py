@@ -1,5 +1,5 @@
 """Which of a store's manifests the catalog can index, to rebuild the catalog from the store (the source
-of truth), from one inventory scan (`cachekeeper.admin.inventory`).
+of truth), from one inventory scan (`cachekeeper.stores.inventory`).
 
 Objects that are not valid manifests are reported with their key and a reason, never raised: one bad
 object must not stop a rebuild. Store failures other than a vanished object do raise, because a
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..admin.inventory import Inventory
-from ..admin.inventory import scan as scan_store
 from ..format.manifest import Manifest
 from ..stores.base import Store
+from ..stores.inventory import Inventory
+from ..stores.inventory import scan as scan_store
 from .models import KINDS
 
 NOT_A_MANIFEST_KEY = "not a manifest key (manifests/<fingerprint>/<name>.json)"

@@ -3,7 +3,7 @@
 
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
-pins, dest) is resolved by `boot/request.py`, the same functions the Python API calls.
+pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import bounds
-from ..boot.durability import MODES as DURABILITY_MODES
-from ..boot.nodecache import LINK_MODES
-from ..boot.ready import FORMATS as ENV_FORMATS
+from ..hydration.durability import MODES as DURABILITY_MODES
+from ..hydration.nodecache import LINK_MODES
+from ..hydration.ready import FORMATS as ENV_FORMATS
 from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
@@ -38,8 +38,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..boot.hydrate import HydrateReport
-    from ..boot.request import HydrateRequest
+    from ..hydration.engine import HydrateReport
+    from ..hydration.request import HydrateRequest
 
 FORMATS = ENV_FORMATS
 
@@ -103,9 +103,9 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
             durability: str | None, ready_after: str | None, env_file: str | None, env_format: str,
             as_json: bool, metrics_file: str | None) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
-    from ..boot.request import NodeSettings, resolve_request, run_request
     from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
+    from ..hydration.request import NodeSettings, resolve_request, run_request
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     needs("env_format", "env_file")
@@ -167,7 +167,7 @@ def write_metrics(path: str, report: HydrateReport | None, req: HydrateRequest, 
     m = metrics_or_warn("--metrics-file")
     if m is None:
         return
-    from ..boot.fleet import hydrate_counts
+    from ..reports.fleet import hydrate_counts
 
     try:
         counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
@@ -209,7 +209,7 @@ def collector_paused() -> Iterator[None]:
 
 def _report_json(report: HydrateReport) -> dict[str, object]:
     """The report and the fleet figures (`explanations` are added when something missed)."""
-    from ..boot.fleet import hydrate_counts
+    from ..reports.fleet import hydrate_counts
 
     doc = report.to_dict()
     doc["counts"] = hydrate_counts(report.manifests, report.missing)
@@ -221,7 +221,7 @@ def _explanations(report: HydrateReport, req: HydrateRequest) -> list[dict[str, 
     something missed and the store answered (a dead store or a spent deadline is not asked again)."""
     if not report.missing or (report.incomplete and not report.nothing_built):
         return None
-    from ..boot.request import store_opener
+    from ..hydration.request import store_opener
     from ..inspection.explain import explain_misses
 
     config, name = req.config, req.toolchain.name
@@ -254,8 +254,8 @@ def _warning(report: HydrateReport, explained: list[dict[str, Any]] | str | None
 def lock(config_path: str, backend: str | None, models: tuple[str, ...], device: str | None,
          pairs: tuple[str, ...], store_url: str | None, output: str) -> None:
     """Pin the exact manifests this host's toolchain would hydrate into a lockfile."""
-    from ..boot.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..errors import NothingToHydrate
+    from ..hydration.resolve import Pin, fetch_manifests, with_shared, write_lockfile
     from ..presence import look_up
 
     config = required_config(config_path)
@@ -274,7 +274,7 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
 
 
 def render(exports: dict[str, str], fmt: str) -> str:
-    from ..boot.ready import render as render_env
+    from ..hydration.ready import render as render_env
 
     return render_env(exports, fmt)
 

@@ -24,7 +24,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..boot.capture import CaptureReport
+    from ..captures.capture import CaptureReport
 
 
 @click.command()
@@ -52,11 +52,11 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     """List the files the runtime added to a hydrated DEST since hydrate (those its state file does not
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
-    from ..boot.capture import capture as run
-    from ..boot.capture import capture_target, require_publish_allowed
-    from ..boot.destdir import served_dir
-    from ..boot.request import store_on_demand
+    from ..captures.capture import capture as run
+    from ..captures.capture import capture_target, require_publish_allowed
     from ..errors import UsageError
+    from ..hydration.destdir import served_dir
+    from ..hydration.request import store_on_demand
 
     if watch is not None and not publish:
         raise UsageError("--watch needs --publish")

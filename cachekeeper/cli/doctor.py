@@ -78,8 +78,8 @@ def _device_check(names: list[str], options_of: Any, config: Any, mode: str, mod
     """`--device-check`: the round trip on this host's device, judged by the runtime's own counters."""
     from pathlib import Path
 
+    from ..admin.device_check import run_device_check
     from ..backends import get_backend, modes_for
-    from ..backends.device_check import run_device_check
 
     if len(names) != 1:
         raise UsageError("--device-check checks one backend: name it with --backend")
@@ -133,7 +133,8 @@ def _echo_text(rows: list[dict[str, Any]]) -> None:
 def doctor(backends: tuple[str, ...], config_path: str | None, as_json: bool, device_check: bool, mode: str,
            model_dir: str | None, serve_env: tuple[str, ...]) -> None:
     """Which backends this host can use, their toolchain fingerprints, cache dirs and env warnings."""
-    from ..boot.request import backend_options, load_config
+    from ..backends.host import backend_options
+    from ..hydration.request import load_config
 
     names = list(backends) or _backend_names()
     config = load_config(config_path)   # once, not once per backend

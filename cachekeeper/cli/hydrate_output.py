@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from ..observability import logs
 
 if TYPE_CHECKING:
-    from ..boot.fetch import FetchStats
-    from ..boot.hydrate import HydrateReport
+    from ..hydration.engine import HydrateReport
+    from ..hydration.fetch import FetchStats
 
 MiB = 1 << 20
 SHOW_AFTER = 1.0     # seconds: a fast hydrate prints no progress at all

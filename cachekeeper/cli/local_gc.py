@@ -23,8 +23,8 @@ from .options import say
 
 def local_gc(dests: tuple[str, ...], node_cache: str | None, max_bytes: str | None, keep_lockfiles: tuple[str, ...],
              min_age: float, execute: bool, as_json: bool) -> None:
-    from ..boot.destdir import Reclaimable, reclaim, reclaimable, resolve_dest, served_dir
-    from ..boot.resolve import read_lockfile
+    from ..hydration.destdir import Reclaimable, reclaim, reclaimable, resolve_dest, served_dir
+    from ..hydration.resolve import read_lockfile
 
     # Every input first: nothing is deleted unless all of them are good.
     if node_cache and max_bytes is None:
@@ -65,9 +65,9 @@ def local_gc(dests: tuple[str, ...], node_cache: str | None, max_bytes: str | No
 
 
 def _gc_dest(dest: Path, budget: int, keep: set[str], min_age: float, execute: bool, as_json: bool) -> None:
-    from ..boot import usage
-    from ..boot.state import load_state, records_lock
     from ..errors import DestinationError
+    from ..hydration import usage
+    from ..hydration.state import load_state, records_lock
 
     with records_lock(dest, timeout=0):
         state = load_state(dest)
@@ -86,7 +86,7 @@ def _gc_dest(dest: Path, budget: int, keep: set[str], min_age: float, execute: b
 
 
 def _gc_node(root: Path, budget: int, execute: bool, as_json: bool) -> None:
-    from ..boot.nodecache import NodeCache, last_use_order
+    from ..hydration.nodecache import NodeCache, last_use_order
 
     cache = NodeCache(root)
     held = cache.size()

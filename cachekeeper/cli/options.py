@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ..boot.request import HostToolchain, host_toolchain, load_config, pick_backend
+from ..backends.host import HostToolchain, host_toolchain, pick_backend
 from ..bounds import Bound
+from ..hydration.request import load_config
 
 if TYPE_CHECKING:
     from ..catalog import Catalog

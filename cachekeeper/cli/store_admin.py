@@ -68,9 +68,9 @@ def _manifest_at(store: Store, key: str) -> str:
 @json_option
 def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: bool, as_json: bool) -> None:
     """Check that every manifest's blobs exist (and with --deep, match their digests)."""
-    from ..admin.inventory import scan
     from ..admin.verify import repair as repair_store
     from ..admin.verify import verify_store
+    from ..stores.inventory import scan
 
     with opened_store(store_url, None) as store:
         inventory = scan(store, debris=False)
@@ -127,7 +127,7 @@ def gc(store_url: str | None, catalog_url: str | None, drop: tuple[str, ...], mi
         local_gc(dests, node_cache, max_bytes, keep_lockfiles, min_age, execute, as_json)
         return
     from ..admin.gc import plan_gc, run_gc
-    from ..admin.inventory import scan
+    from ..stores.inventory import scan
 
     with opened_store(store_url, None) as store:
         plan = plan_gc(scan(store), set(drop), min_age=min_age)

@@ -21,8 +21,8 @@ from .. import bounds
 from .options import json_option, load_config, number, say, store_option, toolchain
 
 if TYPE_CHECKING:
-    from ..boot.reports import Report
     from ..config import Config
+    from ..reports.miss import Report
 
 MAX_INTERVAL_S = 86_400.0
 MIN_INTERVAL_S = 1.0
@@ -79,8 +79,8 @@ def report(config_path: str | None, backend: str | None, device: str | None, pai
            metrics_port: int | None, as_json: bool) -> None:
     """Batch the calls `cachekeeper.runtime.watch(pipe)` recorded into one miss report under the store's
     reports/ prefix (the only thing a server-role identity may write)."""
-    from ..boot.destdir import backend_of
-    from ..boot.request import store_on_demand
+    from ..hydration.destdir import backend_of
+    from ..hydration.request import store_on_demand
     from ..runtime.miss_watch import spool_dir
 
     interval = interval_seconds(every, "--watch") if every is not None else None
@@ -126,7 +126,7 @@ def _metrics_sidecar(port: int | None, interval: float | None, backend: str, fin
 
 def _report_once(spool: Path, fingerprint_id: str, backend: str, store_fn: Callable[[], object],
                  as_json: bool, observe: Callable[[Any], None] | None = None) -> None:
-    from ..boot.reports import build_report, claim, write_report
+    from ..reports.miss import build_report, claim, write_report
     from ..stores.base import Store
 
     taken = claim(spool)
@@ -166,11 +166,11 @@ def suggest(config_path: str, since: str, backend: str | None, device: str | Non
             store_url: str | None, apply_: bool, as_json: bool) -> None:
     """Shapes that serving hosts met but CONFIG does not prebuild, per toolchain, ranked by hosts that
     compiled them and compile time; --apply writes them into CONFIG for the next prebuild."""
-    from ..boot.reports import read_reports, since_stamp
     from ..config.editor import ConfigEdit
     from ..config.schema import parse_config, shape_problem
     from ..format.spec import Shape
     from ..inspection.suggest import refused, served_not_prebuilt
+    from ..reports.miss import read_reports, since_stamp
     from .options import opened_store
 
     window = since_seconds(since)

@@ -95,12 +95,12 @@ class Config:
     hydrate_deadline: float | None = None         # seconds for a whole hydrate (the CLI's setting wins)
     hydrate_best_effort: bool = False
     capture: str = "report"                       # "publish": serving hosts may write captured sets
-    hydrate_node_cache: str | None = None         # the node-level blob cache dir (boot/nodecache.py)
+    hydrate_node_cache: str | None = None         # the node-level blob cache dir (hydration/nodecache.py)
     hydrate_node_cache_max_bytes: int | None = None
     hydrate_max_bytes: int | None = None          # the dest's disk budget
-    hydrate_durability: str | None = None         # fsync | boot | both (boot/durability.py)
+    hydrate_durability: str | None = None         # fsync | boot | both (hydration/durability.py)
     hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
-    hydrate_hot_reports: int = 16                 # newest miss reports that order the hot entries (boot/hot.py)
+    hydrate_hot_reports: int = 16                 # newest miss reports that order the hot entries (hydration/hot.py)
     hydrate_metrics_file: str | None = None       # node_exporter textfile hydrate writes (docs/observability.md)
 
     @property

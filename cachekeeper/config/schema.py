@@ -40,7 +40,7 @@ CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
                  "ready_after", "hot_reports", "metrics_file")
-_DURABILITY = ("fsync", "boot", "both")   # boot/durability.py (not imported: the config stays light)
+_DURABILITY = ("fsync", "boot", "both")   # hydration/durability.py (not imported: the config stays light)
 MAX_COUNT = int(COUNT.high)
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",

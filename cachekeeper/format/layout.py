@@ -27,7 +27,7 @@ of the stored bytes) and its keys are rebuilt here from the fingerprint id it re
 Parsers take a key relative to the store and return a small value, or None for a key that is not of
 that kind; they check shape only (a manifest's bytes are checked by `Manifest.from_bytes`). This module
 does no I/O: listing a store's manifest keys is `stores/manifests.py` (over `listing_prefix` and
-`select_manifest_keys` here), reading what they hold is `admin/inventory.py`'s job. It is on the boot
+`select_manifest_keys` here), reading what they hold is `stores/inventory.py`'s job. It is on the boot
 path: it imports nothing heavier than `fs.paths`.
 """
 

@@ -5,7 +5,7 @@ records carry their version `v`, and a reader skips versions it does not know.
 A serving host is the least-trusted writer there is, so every field is checked where it is read
 (`CallRecord.parse`): its JSON type, finiteness and range (`bounds.py`: a height is a SIZE, a time fits a
 calendar), and the record's size. The checks are shared with the miss reports built from these records
-(boot/reports.py): `number`, `optional`, `name` and `loads` say why a value is refused, in one line.
+(reports/miss.py): `number`, `optional`, `name` and `loads` say why a value is refused, in one line.
 """
 
 from __future__ import annotations

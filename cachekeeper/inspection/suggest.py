@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..boot.reports import Report
 from ..format.spec import Shape
+from ..reports.miss import Report
 
 # (fingerprint id, model, shape) -> is it prebuilt?
 Prebuilt = Callable[[str, str, Shape], bool]

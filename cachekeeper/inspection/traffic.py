@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..boot.reports import RECENT_S, read_reports, serving_batches, since_stamp
 from ..format.spec import Shape
+from ..reports.miss import RECENT_S, read_reports, serving_batches, since_stamp
 from .suggest import served_not_prebuilt
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.inductor import aot
-from . import CACHE_ENV, CompiledComponent, Record, find_records
+from .component import CACHE_ENV, CompiledComponent, Record, find_records
 
 log = logging.getLogger("cachekeeper.runtime")
 

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..backends.base import BuildJob
-from ..boot.request import HostToolchain, host_toolchain
+from ..backends.host import HostToolchain, host_toolchain
 from ..config import Config, MatrixEntry
 from ..errors import ManifestError, QueuePayloadError
 from ..format.layout import manifest_key
 from ..format.manifest import Manifest
 from ..presence import look_up
-from ..publish import publish
+from ..publish.upload import publish
 from ..stores.base import Store
 from ..stores.manifests import manifest_keys
 from . import payload

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.backends.device_check import FACTS
+from cachekeeper.admin.device_check import FACTS
 from cachekeeper.cli import _register, cli
 from tests.simulated import REPO
 from tests.simulated.harness import clear_device_env, install, tier2_dirs

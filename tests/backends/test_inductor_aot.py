@@ -23,7 +23,7 @@ import pytest
 
 from cachekeeper.backends.inductor import aot
 from cachekeeper.config import parse_config
-from cachekeeper.runtime import Record, choose, files_problem, source_problem
+from cachekeeper.runtime.component import Record, choose, files_problem, source_problem
 from tests.harness.tiny import copy_tiny
 
 REPO = Path(__file__).resolve().parents[2]
@@ -268,7 +268,7 @@ def test_an_aot_entry_key_names_the_installed_diffusers_build(tmp_path: Path) ->
 
 
 def test_a_missing_or_truncated_kernel_and_an_unreadable_record_are_named(tmp_path: Path) -> None:
-    from cachekeeper.runtime import find_records
+    from cachekeeper.runtime.component import find_records
 
     (tmp_path / "ab").mkdir()
     (tmp_path / "ab" / "k.so").write_bytes(b"x" * 10)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cachekeeper.boot.hydrate import HydrateReport
+from cachekeeper.hydration.engine import HydrateReport
 
 
 @pytest.fixture
@@ -19,5 +19,5 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         calls.append(kw)
         return HydrateReport(dest=kw["dest"], fingerprint_id="f", manifests=[p.name for p in kw["pins"] or ()])
 
-    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", spy)
+    monkeypatch.setattr(sys.modules["cachekeeper.hydration.engine"], "hydrate", spy)
     return calls

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cachekeeper.config import load_config
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, FakeBackend, fake_config
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import snapshot
-from cachekeeper.boot.hydrate import HydrateReport, hydrate
-from cachekeeper.boot.resolve import Pin
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.publish import publish
+from cachekeeper.hydration.engine import HydrateReport, hydrate
+from cachekeeper.hydration.resolve import Pin
+from cachekeeper.publish import snapshot
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.base import Store
 from tests.core.helpers import fingerprint, read_tree, spec, write_tree
 

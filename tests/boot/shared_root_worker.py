@@ -15,8 +15,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from cachekeeper.boot.hydrate import hydrate
-from cachekeeper.boot.resolve import Pin
+from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.resolve import Pin
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
 from tests.core.helpers import fingerprint

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import snapshot
 from cachekeeper.errors import HydrateIncomplete
+from cachekeeper.publish import snapshot
 from cachekeeper.stores import reader
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
@@ -112,8 +112,8 @@ def test_durability_is_our_own_fsyncs_never_a_global_sync(
 
 def test_boot_durability_fsyncs_only_the_state_file_and_records_the_boot(
         cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.boot.durability import boot_id
-    from cachekeeper.boot.state import load_state
+    from cachekeeper.hydration.durability import boot_id
+    from cachekeeper.hydration.state import load_state
 
     from .helpers import record_fsyncs
 

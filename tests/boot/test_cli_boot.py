@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.boot.fetch import FetchStats
-from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.cli.hydrate_output import progress_line, summarize
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
+from cachekeeper.hydration.engine import HydrateReport
+from cachekeeper.hydration.fetch import FetchStats
 from tests.fakes import ENABLE
 
 CONFIG = """
@@ -47,7 +47,7 @@ def test_the_config_sets_the_deadline_and_best_effort_and_the_flag_wins(
         config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    hydrate_module = sys.modules["cachekeeper.boot.hydrate"]
+    hydrate_module = sys.modules["cachekeeper.hydration.engine"]
     seen: list[dict[str, Any]] = []
 
     def spy(**kw: Any) -> HydrateReport:
@@ -102,8 +102,8 @@ def test_the_library_hydrate_leaves_the_collector_alone_and_the_cli_restores_it(
     process does nothing else, pauses the cyclic collector, and it restores it afterwards."""
     import gc
 
-    from cachekeeper.boot import fetch
     from cachekeeper.cli.boot import collector_paused
+    from cachekeeper.hydration import fetch
 
     assert "gc.disable" not in Path(fetch.__file__).read_text()
     assert gc.isenabled()

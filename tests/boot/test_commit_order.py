@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot.state import load_state
 from cachekeeper.errors import DestinationError
+from cachekeeper.hydration.state import load_state
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, hydrate_into, publish_tree, read_tree, write_tree
@@ -135,8 +135,8 @@ def test_only_a_run_that_fsyncs_starts_writeback_while_it_downloads(
     whether it streams whole or as parallel parts (each part starts its own range's, whatever size the
     network's pieces are). With no fsync to come it would only compete with the download for the disk, so
     durability "boot" leaves writeback to the kernel."""
-    from cachekeeper.boot import fetch
     from cachekeeper.fs import atomic
+    from cachekeeper.hydration import fetch
 
     big = os.urandom(24 << 20)   # three times WRITEBACK_EVERY; three parts of 8 MiB when parted
     files = {"big.neff": big, "p/s.neff": b"small"}

@@ -1,4 +1,4 @@
-"""A dest's layout (boot/destdir.py): one dir per toolchain, what `gc --dest` may reclaim, and the
+"""A dest's layout (hydration/destdir.py): one dir per toolchain, what `gc --dest` may reclaim, and the
 version that keeps another release from misreading it."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot.destdir import claim_layout, reclaim, reclaimable, served_dir, toolchain_dir
 from cachekeeper.errors import DestinationError
 from cachekeeper.fs.locks import FileLock
-from cachekeeper.publish import publish
+from cachekeeper.hydration.destdir import claim_layout, reclaim, reclaimable, served_dir, toolchain_dir
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 
 from .helpers import fingerprint, hydrate_into, spec, write_tree

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.boot import usage
-from cachekeeper.boot.nodecache import NodeCache
-from cachekeeper.boot.resolve import write_lockfile
-from cachekeeper.boot.state import load_state, state_dir
 from cachekeeper.format.manifest import Manifest
+from cachekeeper.hydration import usage
+from cachekeeper.hydration.nodecache import NodeCache
+from cachekeeper.hydration.resolve import write_lockfile
+from cachekeeper.hydration.state import load_state, state_dir
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, fingerprint, hydrate_into, publish_tree, read_tree, write_tree

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot.state import load_state, state_dir
+from cachekeeper.hydration.state import load_state, state_dir
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, hydrate_into, publish_tree, read_tree, write_tree
@@ -85,7 +85,7 @@ def test_a_fsync_run_keeping_files_of_a_boot_run_still_speaks_only_for_this_boot
 
 def test_fsync_with_a_node_cache_makes_the_links_durable_before_the_state_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.boot.nodecache import NodeCache
+    from cachekeeper.hydration.nodecache import NodeCache
 
     from .helpers import record_fsyncs
 

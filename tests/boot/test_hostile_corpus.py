@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.boot.destdir import claim_layout, toolchain_dir
 from cachekeeper.format.layout import blob_key
 from cachekeeper.format.manifest import MAX_MANIFEST_BYTES
-from cachekeeper.publish import publish
+from cachekeeper.hydration.destdir import claim_layout, toolchain_dir
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE
 
@@ -40,7 +40,7 @@ class Case:
 
     @property
     def served(self) -> Path:
-        """The toolchain's own dir under the dest, where hydrate places files (boot/destdir.py)."""
+        """The toolchain's own dir under the dest, where hydrate places files (hydration/destdir.py)."""
         return toolchain_dir(self.dest, fingerprint().id)
 
     @property

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cachekeeper.boot import hot, usage
-from cachekeeper.boot.destdir import claim_layout
-from cachekeeper.boot.reports import Report, Row, write_report
 from cachekeeper.config import load_config
+from cachekeeper.hydration import hot, usage
+from cachekeeper.hydration.destdir import claim_layout
+from cachekeeper.reports.miss import Report, Row, write_report
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE
 
@@ -76,7 +76,7 @@ def _fake_backend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, hydrate: str = "") -> tuple[Path, dict[int, str], str]:
     """(config, entry name per height, this host's fake toolchain id)."""
-    from cachekeeper.boot.request import resolve_request
+    from cachekeeper.hydration.request import resolve_request
 
     (tmp / "model").mkdir()
     path = tmp / "ck.yaml"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot import nodecache
-from cachekeeper.boot.nodecache import NodeCache
 from cachekeeper.errors import DestinationError
 from cachekeeper.format.layout import blob_key
+from cachekeeper.hydration import nodecache
+from cachekeeper.hydration.nodecache import NodeCache
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, hydrate_into, publish_tree, read_tree, write_tree
@@ -223,7 +223,7 @@ def test_a_node_cache_on_a_full_disk_is_reported_and_the_hydrate_goes_on_without
 
 def test_a_node_cache_that_fills_up_midway_is_reported_and_the_dest_is_still_complete(
         published: Published, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.boot import fetch
+    from cachekeeper.hydration import fetch
 
     store, files, name = published
 

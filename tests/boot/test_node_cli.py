@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cachekeeper.boot.hydrate import HydrateReport
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
+from cachekeeper.hydration.engine import HydrateReport
 from tests.fakes import ENABLE
 
 CONFIG = """version: 1
@@ -94,13 +94,13 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     (dest / ".cachekeeper").mkdir(parents=True)
     (dest / ".cachekeeper" / "ready").write_text("{}")     # an earlier run's: it must not speak for this one
     markers_at_start = []
-    real = sys.modules["cachekeeper.boot.hydrate"].hydrate
+    real = sys.modules["cachekeeper.hydration.engine"].hydrate
 
     def watch(**kw: Any) -> HydrateReport:
         markers_at_start.append((dest / ".cachekeeper" / "ready").exists())
         return real(**kw)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(sys.modules["cachekeeper.boot.hydrate"], "hydrate", watch)
+    monkeypatch.setattr(sys.modules["cachekeeper.hydration.engine"], "hydrate", watch)
     result = _invoke(tmp_path, "--config", str(_config(tmp_path, "durability: both, node_cache: nc")),
                      "--dest", str(dest), "--ready-after", "1", "--env-file", str(tmp_path / "ck.env"))
     assert result.exit_code == 0, result.output
@@ -133,9 +133,9 @@ def test_ready_after_without_a_config_or_lockfile_is_one_error_line(tmp_path: Pa
 
 def _published(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """(config, store) with the config's entries published for this host's fake toolchain."""
-    from cachekeeper.boot.request import resolve_request
     from cachekeeper.config import load_config
-    from cachekeeper.publish import publish
+    from cachekeeper.hydration.request import resolve_request
+    from cachekeeper.publish.upload import publish
     from cachekeeper.stores.file import FileStore
 
     for k, v in ENABLE.items():
@@ -155,7 +155,7 @@ def _published(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
 
 def test_a_node_cache_on_a_network_filesystem_is_one_error_line_and_exit_9(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.boot import nodecache
+    from cachekeeper.hydration import nodecache
 
     config, store = _published(tmp_path, monkeypatch)
     monkeypatch.setattr(nodecache, "fs_type", lambda p: "nfs4")

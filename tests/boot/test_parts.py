@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot import fetch
 from cachekeeper.errors import HydrateIncomplete, IntegrityError, StoreError
 from cachekeeper.format.layout import blob_key
+from cachekeeper.hydration import fetch
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import snapshot
 from cachekeeper.fs.locks import LiveTag
 from cachekeeper.fs.paths import temp_path
-from cachekeeper.publish import publish
+from cachekeeper.publish import snapshot
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 
 from .helpers import fingerprint, read_tree, spec, write_tree

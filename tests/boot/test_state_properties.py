@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cachekeeper.boot.capture import Journal, save_journal
+from cachekeeper.captures.capture import Journal, save_journal
 
 from .disk_state import FILES, Host, exported, intact, no_traceback
 

@@ -11,7 +11,7 @@ import pytest
 
 from cachekeeper.errors import DestinationError, IntegrityError, ManifestError, UnsafePath
 from cachekeeper.format.signing import SigningKey
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.config import load_config
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, FakeBackend, fake_config
 
@@ -62,7 +62,7 @@ class World:
         return report
 
     def served(self, dest: Path, *extra: str, **env: str) -> Path:
-        """Hydrate `dest`; the toolchain's own dir under it, where the runtime writes (boot/destdir.py)."""
+        """Hydrate `dest`; the toolchain's own dir under it, where the runtime writes (hydration/destdir.py)."""
         return Path(str(self.hydrate(dest, *extra, **env)["dest"]))
 
     def capture(self, dest: Path, *extra: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import cachekeeper
-from cachekeeper.boot.capture import CaptureReport
-from cachekeeper.boot.fleet import hydrate_counts
-from cachekeeper.boot.hydrate import HydrateReport
+from cachekeeper.captures.capture import CaptureReport
 from cachekeeper.errors import CachekeeperError, CaptureError, NothingToHydrate
+from cachekeeper.hydration.engine import HydrateReport
+from cachekeeper.reports.fleet import hydrate_counts
 
 from .conftest import World, runtime_writes
 
@@ -33,8 +33,8 @@ def test_import_cachekeeper_loads_only_the_package() -> None:
 
 
 def test_the_api_functions_stay_functions_after_the_boot_modules_load() -> None:
-    import cachekeeper.boot.capture
-    import cachekeeper.boot.hydrate
+    import cachekeeper.captures.capture
+    import cachekeeper.hydration.engine
 
     for name in ("hydrate", "capture", "env"):
         function = getattr(cachekeeper, name)
@@ -47,7 +47,7 @@ def test_hydrate_env_and_capture_from_python(host: World) -> None:
     report = cachekeeper.hydrate(config=host.config, dest=dest, store=host.store_url)
     assert isinstance(report, HydrateReport) and report.files_fetched == 3 and not report.missing
     assert hydrate_counts(report.manifests, report.missing) == {"hit": 1, "missed": 0, "captured": 0}
-    assert report.dest == dest / report.fingerprint_id   # the toolchain's own dir (boot/destdir.py)
+    assert report.dest == dest / report.fingerprint_id   # the toolchain's own dir (hydration/destdir.py)
     assert cachekeeper.env(config=host.config, dest=dest) == {"FAKE_CACHE_DIR": str(report.dest)}
     dest = report.dest
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores import open_store
 from tests.fakes import FakeBackend, served
 from tests.harness.seaweedfs import S3Server

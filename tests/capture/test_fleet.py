@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot.capture import captured_name
+from cachekeeper.captures.capture import captured_name
 from cachekeeper.catalog import Catalog
 from cachekeeper.errors import ManifestError
 from cachekeeper.format.manifest import KIND_CAPTURED, Manifest

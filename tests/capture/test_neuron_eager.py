@@ -17,7 +17,7 @@ import pytest
 
 from cachekeeper.backends.neuron import NeuronBackend
 from cachekeeper.config import load_config
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from tests.simulated import REPO
 from tests.simulated.harness import clear_device_env, install

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.boot.capture import Journal, Seen, _stage, is_runtime_temp, scan
-from cachekeeper.boot.state import PlacedFile, State
+from cachekeeper.captures.capture import Journal, Seen, _stage, is_runtime_temp, scan
 from cachekeeper.errors import CaptureError
+from cachekeeper.hydration.state import PlacedFile, State
 
 
 def everything(root: str, rel: str, path: Path) -> bool:

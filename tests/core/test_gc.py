@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cachekeeper.admin.gc import plan_gc, run_gc
-from cachekeeper.admin.inventory import Inventory, scan
 from cachekeeper.format.layout import blob_key
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.base import ObjectInfo
 from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.inventory import Inventory, scan
 
 from .helpers import fingerprint, spec, write_tree
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import snapshot
-from cachekeeper.boot.hydrate import hydrate
-from cachekeeper.boot.plan import coalesce, plan_hydrate
-from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
 from cachekeeper.format.layout import blob_key
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.publish import publish
+from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.plan import coalesce, plan_hydrate
+from cachekeeper.hydration.resolve import Pin
+from cachekeeper.publish import snapshot
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 
 from .helpers import fingerprint, read_tree, spec, write_tree
@@ -219,8 +219,8 @@ def test_plan_keeps_the_first_manifest_for_a_path_claimed_twice(store: FileStore
 
 
 def test_ranged_reads_are_coalesced_across_small_gaps() -> None:
-    from cachekeeper.boot.plan import Placement
     from cachekeeper.format.manifest import FileRecord
+    from cachekeeper.hydration.plan import Placement
 
     def p(off: int, size: int) -> Placement:
         return Placement(FileRecord("cache", f"f{off}", size, "0" * 64, "b", off), Path(f"/x/{off}"))
@@ -238,7 +238,7 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
     import sys
     import time
 
-    from cachekeeper.boot.nodecache import NodeCache
+    from cachekeeper.hydration.nodecache import NodeCache
 
     files = {f"d/{i:03d}": os.urandom(snapshot.SMALL_FILE + i) for i in range(12)}  # 12 standalone blobs
     m = _publish(store, write_tree(tmp_path / "b", files))
@@ -247,8 +247,8 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
 import time
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
-from cachekeeper.boot.hydrate import hydrate
-from cachekeeper.boot.resolve import Pin
+from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.resolve import Pin
 from cachekeeper.format.fingerprint import Fingerprint
 
 class Slow(FileStore):
@@ -263,7 +263,7 @@ class Slow(FileStore):
         body.chunks = slow
         return body
 
-from cachekeeper.boot.nodecache import NodeCache
+from cachekeeper.hydration.nodecache import NodeCache
 node = NodeCache(Path({str(node)!r}), link="hardlink") if {node_cache!r} else None
 store = Slow(Path({str(store.root)!r}))
 hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchain": "1"}}),

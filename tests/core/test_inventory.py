@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.admin.gc import plan_gc
-from cachekeeper.admin.inventory import scan
 from cachekeeper.admin.verify import repair, verify_store
 from cachekeeper.catalog.rebuild import NOT_A_MANIFEST_KEY, indexable
 from cachekeeper.format.layout import blob_key, captured_set_name, manifest_key, matching, signature_key
 from cachekeeper.format.manifest import KIND_CAPTURED, Manifest
 from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.inventory import scan
 from cachekeeper.stores.manifests import manifest_keys
 from cachekeeper.stores.memory import MemoryStore
 

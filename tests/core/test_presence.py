@@ -11,7 +11,7 @@ from cachekeeper.catalog import Catalog
 from cachekeeper.format.layout import manifest_key
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.presence import captured_sets, look_up, plan_presence, stored_entries
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 
 from .helpers import fingerprint, spec, write_tree

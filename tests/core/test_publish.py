@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper import snapshot
 from cachekeeper.errors import ManifestError, UnsafePath
 from cachekeeper.format.layout import blob_key
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.publish import publish
+from cachekeeper.publish import snapshot
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.memory import MemoryStore
 
 from .helpers import fingerprint, spec, write_tree
@@ -168,7 +168,7 @@ class _Watched(MemoryStore):
 
 def test_publish_checks_every_blob_in_one_batch_then_uploads_in_parallel_under_a_byte_bound(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper import publish as publish_module
+    from cachekeeper.publish import upload as publish_module
 
     monkeypatch.setattr(snapshot, "PACK_TARGET", 64 << 10)
     monkeypatch.setattr(publish_module, "MAX_BYTES_IN_FLIGHT", 300 << 10)
@@ -190,8 +190,8 @@ def test_publish_checks_every_blob_in_one_batch_then_uploads_in_parallel_under_a
 
 def test_a_small_file_changed_between_plan_and_upload_is_not_published(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper import publish as publish_module
     from cachekeeper.errors import IntegrityError
+    from cachekeeper.publish import upload as publish_module
 
     root = write_tree(tmp_path / "cache", {"a.neff": b"a" * 100, "b.neff": b"b" * 100})
     plan = publish_module.plan_upload(MemoryStore(), snapshot.scan_roots({"cache": root}, _keep_all))

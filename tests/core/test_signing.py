@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.admin.gc import plan_gc
-from cachekeeper.admin.inventory import scan
-from cachekeeper.boot.hydrate import hydrate
-from cachekeeper.boot.resolve import Pin
 from cachekeeper.errors import IntegrityError, UsageError
 from cachekeeper.format.layout import signature_key
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.format.signing import PublicKey, SigningKey
-from cachekeeper.publish import publish
+from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.resolve import Pin
+from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
+from cachekeeper.stores.inventory import scan
 
 from .helpers import fingerprint, spec, write_tree
 

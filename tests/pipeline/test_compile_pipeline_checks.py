@@ -13,7 +13,7 @@ import pytest
 from cachekeeper.backends.inductor import aot
 from cachekeeper.config import parse_config
 from cachekeeper.errors import BuildFailed
-from cachekeeper.runtime import Record, describe
+from cachekeeper.runtime.component import Record, describe
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")

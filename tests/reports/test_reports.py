@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cachekeeper.boot.reports import MAX_REPORT_BYTES, MAX_ROWS, Report, build_report, claim, decode, read_reports
 from cachekeeper.config import parse_config
 from cachekeeper.config.editor import ConfigEdit
 from cachekeeper.errors import ConfigError, UsageError
 from cachekeeper.format.layout import ReportKey, parse_report_key, report_key
 from cachekeeper.format.spec import Shape
 from cachekeeper.inspection.suggest import served_not_prebuilt
+from cachekeeper.reports.miss import MAX_REPORT_BYTES, MAX_ROWS, Report, build_report, claim, decode, read_reports
 from cachekeeper.runtime.miss_watch import CallRecord, Spool, watch
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, fake_config
@@ -325,8 +325,8 @@ def test_suggest_skips_shapes_a_config_would_refuse_one_line_each(tmp_path: Path
     """Issue 28: `suggest` believed impossible shapes (`-64x7`), and --apply wrote what the config refuses."""
     import time
 
-    from cachekeeper.boot.reports import Row, write_report
-    from cachekeeper.boot.request import resolve_request
+    from cachekeeper.hydration.request import resolve_request
+    from cachekeeper.reports.miss import Row, write_report
 
     for k, v in ENABLE.items():
         monkeypatch.setenv(k, v)

@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from cachekeeper.boot.reports import build_report, write_report
 from cachekeeper.catalog import Catalog
 from cachekeeper.cli import _register, cli
 from cachekeeper.cli.inspect import traffic_view
 from cachekeeper.dashboard.app import create_app
 from cachekeeper.format.spec import EntrySpec, Shape
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
+from cachekeeper.reports.miss import build_report, write_report
 from cachekeeper.runtime.miss_watch import CallRecord
 from cachekeeper.stores.file import FileStore
 from tests.fakes import FakeBackend

@@ -34,16 +34,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from cachekeeper.boot.reports import (
-    BAD,
-    CLAIMED,
-    MAX_REPORT_BYTES,
-    Report,
-    build_report,
-    decode,
-    read_reports,
-    since_stamp,
-)
 from cachekeeper.bounds import SIZE
 from cachekeeper.catalog import Catalog
 from cachekeeper.cli import _register, cli
@@ -54,7 +44,17 @@ from cachekeeper.dashboard.app import create_app
 from cachekeeper.format.layout import parse_report_key, report_key
 from cachekeeper.format.spec import EntrySpec, Shape
 from cachekeeper.format.spool import MAX_RECORD_BYTES, MAX_SPOOL_BYTES, MODEL_NAME, CallRecord
-from cachekeeper.publish import publish
+from cachekeeper.publish.upload import publish
+from cachekeeper.reports.miss import (
+    BAD,
+    CLAIMED,
+    MAX_REPORT_BYTES,
+    Report,
+    build_report,
+    decode,
+    read_reports,
+    since_stamp,
+)
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, FakeBackend, fake_config
 
@@ -93,7 +93,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from cachekeeper.boot.request import resolve_request
+    from cachekeeper.hydration.request import resolve_request
 
     _register()
     tmp = tmp_path_factory.mktemp("untrusted")
@@ -377,7 +377,7 @@ def test_no_spool_fails_report_and_a_bad_file_is_set_aside_never_taken_again(wor
 
 
 def test_hot_first_orders_by_the_good_reports_and_says_in_one_line_what_it_skipped(tmp_path: Path) -> None:
-    from cachekeeper.boot import hot
+    from cachekeeper.hydration import hot
 
     store = FileStore(tmp_path / "store", create=True)
     good = a_good_report("e" * 16, [128, 128, 96])
@@ -421,7 +421,7 @@ HOSTILE_ROWS = {   # a row's height, and what the one line says of it
 
 def _served_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """The fake backend's config in tmp_path, and its toolchain's fingerprint id on this host."""
-    from cachekeeper.boot.request import resolve_request
+    from cachekeeper.hydration.request import resolve_request
 
     (tmp_path / "model").mkdir()
     config = tmp_path / "ck.yaml"

@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from cachekeeper.admin.gc import plan_gc, run_gc
-from cachekeeper.admin.inventory import scan
 from cachekeeper.admin.verify import repair, verify_store
-from cachekeeper.boot.hydrate import hydrate
-from cachekeeper.boot.reports import build_report, write_report
-from cachekeeper.publish import publish
+from cachekeeper.hydration.engine import hydrate
+from cachekeeper.publish.upload import publish
+from cachekeeper.reports.miss import build_report, write_report
 from cachekeeper.runtime.miss_watch import CallRecord
+from cachekeeper.stores.inventory import scan
 from cachekeeper.stores.memory import MemoryStore
 from tests.fakes import FakeBackend
 from tests.harness.seaweedfs import POLICIES, render_policy

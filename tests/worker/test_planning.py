@@ -165,8 +165,8 @@ def test_the_device_count_options_do_not_change_the_toolchain_fingerprint(monkey
 
 
 def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchain_recorded(tmp_path: Path) -> None:
-    from cachekeeper.boot.request import HostToolchain
-    from cachekeeper.publish import publish
+    from cachekeeper.backends.host import HostToolchain
+    from cachekeeper.publish.upload import publish
     from cachekeeper.stores.memory import MemoryStore
     from cachekeeper.worker.prebuild import shard_entries
     from tests.core.helpers import fingerprint, spec, write_tree

@@ -79,7 +79,7 @@ class HydrateReport:
     deadline_left: float | None = None   # seconds of the --deadline budget left at the end
     incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
     nothing_built: bool = False          # best effort: the store has nothing of this toolchain to hydrate
-    durability: str = ""                 # fsync | boot | both (boot/durability.py)
+    durability: str = ""                 # fsync | boot | both (hydration/durability.py)
     node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
     node_copied: int = 0                 # ... copied from it
     node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache

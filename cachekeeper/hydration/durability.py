@@ -22,7 +22,7 @@ MODES: tuple[Durability, ...] = ("fsync", "boot", "both")
 DEFAULT: Durability = "boot"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # Filesystems one node cannot lock for another (flock is node-local or advisory-only there) or that
-# several nodes mount at once: a node cache on one of them is refused (boot/nodecache.py).
+# several nodes mount at once: a node cache on one of them is refused (hydration/nodecache.py).
 NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "afs",
                         "gfs2", "ocfs2", "beegfs", "gpfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse",
                         "fuse.juicefs", "fuse.goofys", "fuse.mountpoint-s3", "fuse.glusterfs", "fuse.rclone"})

@@ -8,7 +8,7 @@ Every read runs under the hydrate's deadline and resumes from the last byte rece
 stall (`stores/reader.py`). When the deadline runs out or the store fails, what was placed so far is
 returned (each file is complete and verified), so the caller records it and a rerun fetches the rest.
 Durability is bounded to our own files: with `durable`, each is fsynced before its rename and its
-directory after it, on committer threads while the streams go on (boot/commit.py); the directories
+directory after it, on committer threads while the streams go on (hydration/commit.py); the directories
 created are fsynced (through their parents) at the end, before the state file says the files are there
 (no global sync; docs/durability.md). Without it the state file is boot-bound instead (durability.py).
 """
@@ -49,7 +49,7 @@ FETCH_THREADS = 16
 # on real object stores); CACHEKEEPER_PART_MIB=0 turns it off.
 _PART_MIB = checked_env("CACHEKEEPER_PART_MIB", PART_MIB)
 PART = int((32 if _PART_MIB is None else _PART_MIB) * (1 << 20))
-HASH_WINDOW = 8 << 20   # bytes of a part's read-back mapped at once (boot/fetch._Parts._hash_back)
+HASH_WINDOW = 8 << 20   # bytes of a part's read-back mapped at once (hydration/fetch._Parts._hash_back)
 GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway
 T = TypeVar("T")
 

@@ -19,19 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import IntegrityError
-from .format import canonical
-from .format.fingerprint import Fingerprint
-from .format.layout import blob_key, manifest_key
-from .format.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
-from .format.spec import EntrySpec
-from .fs.paths import sha256_file
+from ..errors import IntegrityError
+from ..format import canonical
+from ..format.fingerprint import Fingerprint
+from ..format.layout import blob_key, manifest_key
+from ..format.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
+from ..format.spec import EntrySpec
+from ..fs.paths import sha256_file
+from ..stores.base import Store
 from .snapshot import LocalFile, iter_blobs, scan_roots
-from .stores.base import Store
 
 if TYPE_CHECKING:
-    from .catalog import Catalog
-    from .format.signing import SigningKey
+    from ..catalog import Catalog
+    from ..format.signing import SigningKey
 
 UPLOAD_THREADS = 16
 MAX_BYTES_IN_FLIGHT = 256 << 20   # uploads (and pack buffers) in memory or on the wire at once: 4 packs
@@ -185,7 +185,7 @@ def commit_manifest(store: Store, manifest: Manifest, signing_key: SigningKey | 
     its manifest is returned and adopted."""
     data = manifest.to_bytes()
     if signing_key is not None:
-        from .format.signing import publish_signature
+        from ..format.signing import publish_signature
 
         publish_signature(store, signing_key, data)
     if store.put_bytes(manifest.key, data):

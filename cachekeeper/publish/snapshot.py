@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .format.manifest import BlobRecord, FileRecord
-from .fs.paths import TMP_SUFFIX, sha256_file
+from ..format.manifest import BlobRecord, FileRecord
+from ..fs.paths import TMP_SUFFIX, sha256_file
 
 SMALL_FILE = 4 << 20     # files below this are packed
 PACK_TARGET = 64 << 20   # a pack is closed once it reaches this size

@@ -4,7 +4,7 @@ the N entries it is most likely to be asked for are in place.
     config `priority:` (higher first) ─▶ calls served, from this toolchain's recent miss reports (more
     first) ─▶ last use in this dest (`<dest>/.cachekeeper/used/`, newer first) ─▶ the config's order
 
-`order` is pure. Reports are advice from serving hosts (boot/reports.py): only the newest `limit` of this
+`order` is pure. Reports are advice from serving hosts (reports/miss.py): only the newest `limit` of this
 toolchain within `window` are read, each under its size bound, and a store that cannot list or read them
 leaves them out with one warning line (`read_calls`). They reorder the wanted entries, never add or drop one.
 """
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import CachekeeperError
 from ..format.spool import show
-from .reports import RECENT_S, read_reports, serving_batches, since_stamp
+from ..reports.miss import RECENT_S, read_reports, serving_batches, since_stamp
 
 if TYPE_CHECKING:
+    from ..reports.miss import Row
     from ..stores.base import Store
-    from .reports import Row
 
 ShapeKey = tuple[str, int, int, int]   # (model, height, width, batch): what a report row counts calls of
 BUDGET = 2.0                           # seconds the reports may take before the first entry starts

@@ -17,7 +17,7 @@ serve processes is used: no network, no catalog.
 
 The serving process is the backend's build module run again with the hydrated dir as its cache root: the
 same loader, placement, compile call and warm-up call a server makes, in a process that starts empty.
-The tiny model is a FLUX transformer of a few layers, written by `python -m cachekeeper.backends.device_check
+The tiny model is a FLUX transformer of a few layers, written by `python -m cachekeeper.admin.device_check
 make-model DIR` in a subprocess (diffusers and torch stay out of the doctor process).
 """
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends.base import CACHE_ROOT, Backend, BuildJob
+from ..backends.build_main import SERVE_CALL_ENV
 from ..errors import BackendUnavailable, BuildFailed, DeviceCheckFailed
 from ..format.spec import EntrySpec, ModelRef, Shape
-from .base import CACHE_ROOT, Backend, BuildJob
-from .build_main import SERVE_CALL_ENV
 
 MODEL = "device-check"
 COMPONENT = "transformer"
@@ -207,8 +207,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
                      timeout: float = 1800) -> DeviceCheck:
     """Prebuild, publish, hydrate, serve, count, and judge each fact (`DeviceCheck.failure()` says whether
     it passed)."""
-    from ..boot.hydrate import hydrate
-    from ..publish import publish
+    from ..hydration.engine import hydrate
+    from ..publish.upload import publish
     from ..stores.file import FileStore
 
     opts = {**WARMUP_OPTIONS, **options}
@@ -317,7 +317,7 @@ def judge(backend: Backend, fields: Mapping[str, str], first: Mapping[str, Any],
 
 def _tpu_rows(fields: Mapping[str, str], first: Mapping[str, Any], served: Mapping[str, Any],
               served_env: Mapping[str, str], slot: Mapping[str, str], read_ok: bool) -> list[Row]:
-    from .tpu.probes import BACKUP_ENV, TIER2_ENV, tier2_base
+    from ..backends.tpu.probes import BACKUP_ENV, TIER2_ENV, tier2_base
 
     built, used = list(first.get("top_dirs", [])), list(served.get("top_dirs", []))
     platform = _row("tpu.platform-dir", PASS if len(built) == 1 and used == built else FAIL,
@@ -369,5 +369,5 @@ def _neuron_rows(fields: Mapping[str, str], first: Mapping[str, Any], tp: Mappin
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["make-model"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m cachekeeper.backends.device_check make-model DIR")
+        sys.exit("usage: python -m cachekeeper.admin.device_check make-model DIR")
     make_model(Path(sys.argv[2]))

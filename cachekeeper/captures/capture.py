@@ -40,9 +40,9 @@ from ..format.layout import captured_set_name
 from ..format.manifest import KIND_CAPTURED, Manifest
 from ..fs.atomic import atomic_write_bytes
 from ..fs.paths import TMP_SUFFIX, ensure_dir
-from ..snapshot import LocalFile
+from ..hydration.state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, records_lock, state_dir
+from ..publish.snapshot import LocalFile
 from ..stores.base import Store
-from .state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, records_lock, state_dir
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -271,7 +271,7 @@ def capture_target(dest: Path, backend: str | None, config: Config | None = None
     """(the dest `dest` names, the backend it was hydrated for): `dest` may be the dest or one of its
     toolchain dirs (destdir.resolve_dest); the backend comes from `backend`, else layout.json, else a flat
     dest's state (None: the config's). A dest that is not there is one CaptureError."""
-    from .destdir import backend_of, resolve_dest
+    from ..hydration.destdir import backend_of, resolve_dest
 
     top = resolve_dest(dest)
     if not top.is_dir():
@@ -334,7 +334,10 @@ def capture(dest: Path, fingerprint: Fingerprint, include: Include, *, open_stor
 def _publish(dest: Path, fingerprint: Fingerprint, state: State, complete: list[Seen],
              open_store: Callable[[], Store], signing_key: SigningKey | None,
              catalog: Callable[[], Catalog] | None, report: CaptureReport) -> None:
-    from ..publish import commit_manifest, upload_files  # the publisher's own steps: blobs, then signature + manifest
+    from ..publish.upload import (  # the publisher's own steps: blobs, then signature + manifest
+        commit_manifest,
+        upload_files,
+    )
 
     journal = load_journal(dest)
     staging = state_dir(dest) / STAGING

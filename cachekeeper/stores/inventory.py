@@ -34,7 +34,7 @@ from ..format.layout import (
     parse_manifest_key,
 )
 from ..format.manifest import Manifest
-from ..stores.base import Debris, ObjectInfo, Store
+from .base import Debris, ObjectInfo, Store
 
 FETCH_THREADS = 8   # manifests are small; on S3/GCS the latency, not the bandwidth, is the cost
 

@@ -16,8 +16,8 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from ..backends.host import HostToolchain, host_toolchain, pick_backend
 from ..errors import (
-    BackendUnavailable,
     ConfigError,
     DestStateError,
     LockBusy,
@@ -31,25 +31,13 @@ from ..format.manifest import KIND_ENTRY
 from .resolve import Pin, lockfile_store, read_lockfile
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
     from ..config import Config, MatrixEntry
-    from ..format.fingerprint import Fingerprint
     from ..format.signing import PublicKey
     from ..stores.base import OnDemand, Store
     from .durability import Durability
+    from .engine import HydrateReport
     from .fetch import FetchStats
-    from .hydrate import HydrateReport
     from .nodecache import LinkMode, NodeCache
-
-
-@dataclass(frozen=True)
-class HostToolchain:
-    """One backend as this host would run it: the fingerprint its artifacts must carry."""
-
-    name: str
-    backend: Backend
-    fingerprint: Fingerprint
-    options: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -71,39 +59,6 @@ def load_config(path: str | PathLike[str] | None) -> Config | None:
     from ..config import load_config as load
 
     return load(str(path))
-
-
-def pick_backend(config: Config | None, backend: str | None) -> str:
-    """The named backend, or the config's only one; several or none is a usage error."""
-    if backend:
-        return backend
-    names = config.backend_names() if config else []
-    if len(names) == 1:
-        return names[0]
-    raise UsageError("which backend? name one" + (f" (the config names {', '.join(names)})" if names else ""))
-
-
-def backend_options(config: Config | None, backend: str, options: Mapping[str, str] | None = None,
-                    device: str | None = None) -> dict[str, str]:
-    """The config's options for `backend`, overridden by `options`, then by `device`."""
-    merged = config.backend_options_for(backend) if config else {}
-    merged.update(options or {})
-    if device:
-        merged["device"] = device
-    return merged
-
-
-def host_toolchain(config: Config | None, name: str, options: Mapping[str, str] | None = None,
-                   device: str | None = None) -> HostToolchain:
-    """This host's toolchain for backend `name`; a backend that cannot run here is an error, not a miss."""
-    from ..backends import get_backend
-
-    backend = get_backend(name)
-    opts = backend_options(config, name, options, device)
-    reason = backend.unavailable_reason(opts)
-    if reason:
-        raise BackendUnavailable.of(name, f"not usable on this host: {reason}")
-    return HostToolchain(name, backend, backend.fingerprint(opts), opts)
 
 
 def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) -> list[MatrixEntry]:
@@ -247,12 +202,12 @@ def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool 
     hydrate settings apply unless the caller sets them.
 
     With `ready_after` N (hot first), the first N wanted entries are hydrated, then the env and the ready
-    marker are written (boot/ready.py, in the dest's own `.cachekeeper/`), then the rest, in this
+    marker are written (hydration/ready.py, in the dest's own `.cachekeeper/`), then the rest, in this
     process; `complete` follows."""
     from .. import bounds
     from .destdir import claim_layout
     from .durability import DEFAULT, fsyncs
-    from .hydrate import HydrateReport, hydrate
+    from .engine import HydrateReport, hydrate
 
     tc, config = req.toolchain, req.config
     # The CLI's flags were checked by click; the Python API's arguments are checked here, with the same bounds.
@@ -370,7 +325,7 @@ def _model_priorities(config: Config) -> dict[str, int]:
 
 def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path, get: Callable[[], Store]) \
         -> tuple[list[Pin], list[str]]:
-    """`pins` hottest first (boot/hot.py): the config's priority, then the calls this toolchain's recent
+    """`pins` hottest first (hydration/hot.py): the config's priority, then the calls this toolchain's recent
     miss reports counted (one listing, only when a config names the shapes), then this dest's last use."""
     from . import hot, usage
 

@@ -49,7 +49,7 @@ class State:
     # Captured sets the store listed when this dest was last hydrated (applied or not): a no-op hydrate
     # lists the captured sets once and does the full run only when one is not here. Optional in the file.
     captured_seen: list[str] = field(default_factory=list)
-    durability: str = "fsync"     # fsync | boot | both (boot/durability.py); v1 files were fsynced
+    durability: str = "fsync"     # fsync | boot | both (hydration/durability.py); v1 files were fsynced
     boot_id: str = ""             # the boot that wrote it
     filesystem: str = ""          # "<fstype>:<st_dev>" of the dest
 
