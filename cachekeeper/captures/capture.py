@@ -39,7 +39,7 @@ from ..format.fingerprint import Fingerprint
 from ..format.layout import captured_set_name
 from ..format.manifest import KIND_CAPTURED, Manifest
 from ..fs.atomic import atomic_write_bytes
-from ..fs.paths import TMP_SUFFIX, ensure_dir
+from ..fs.paths import ensure_dir, is_runtime_temp
 from ..hydration.state import STATE_DIR, NotARecord, State, file_key, load_state, read_own, records_lock, state_dir
 from ..publish.snapshot import LocalFile
 from ..stores.base import Store
@@ -145,11 +145,6 @@ def save_journal(dest: Path, journal: Journal) -> None:
 
 
 # --- scanning (pure verdicts over lstat results) ------------------------------------------------------
-
-
-def is_runtime_temp(name: str) -> bool:
-    """Names runtimes write before their rename: ours, Inductor's `.<pid>.<tid>.tmp`, Neuron's `.tmp.XXXXXX`."""
-    return name.startswith(".") or name.endswith((TMP_SUFFIX, ".tmp", ".lock", ".partial"))
 
 
 def classify(rel: str, st: os.stat_result, state: State, journal: Journal, include: Include,

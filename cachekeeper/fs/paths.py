@@ -128,6 +128,12 @@ def temp_tag(name: str) -> str | None:
     return parts[1] if len(parts) == 3 else None
 
 
+def is_runtime_temp(name: str) -> bool:
+    """Names runtimes write before their rename: ours, Inductor's `.<pid>.<tid>.tmp`, Neuron's `.tmp.XXXXXX`.
+    Here, below both, because capture's scan and the runtime's miss watch each skip them."""
+    return name.startswith(".") or name.endswith((TMP_SUFFIX, ".tmp", ".lock", ".partial"))
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

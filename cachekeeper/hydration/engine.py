@@ -53,6 +53,7 @@ from .state import (
     file_key,
     own_records_dir,
     read_state,
+    record_use,
     records_lock,
     save_state,
     stat_matches,
@@ -281,7 +282,7 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
             report.noop = True
             report.manifests = [p.name for p in pins]
             report.files_total = len(state.files)
-            usage.record_use(dest, report.manifests)
+            record_use(dest, report.manifests)
             if max_bytes is not None:
                 _fit(dest, state, max_bytes, set(report.manifests), report, roots)
             return

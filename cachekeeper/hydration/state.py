@@ -11,9 +11,11 @@ were written with per-file fsyncs); a newer version is not read (the files are r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +158,25 @@ def _key(k: str) -> str:
 def safe_rel(rel: str) -> bool:
     parts = rel.split("/")
     return bool(rel) and all(p not in ("", ".", "..") for p in parts) and "\0" not in rel
+
+
+USED = "used"   # <dest>/.cachekeeper/used/<entry name>.json: the entry's files; its mtime is its last use
+
+
+def used_record(dest: Path, name: str) -> Path:
+    """The last-use record of entry `name` (hydration/usage.py evicts by it); a name that could leave
+    `used/` (a state file is input) names one that is never there."""
+    if not safe_rel(name):
+        return state_dir(dest) / USED / ".unsafe-name"
+    return state_dir(dest) / USED / f"{name}.json"
+
+
+def record_use(dest: Path, names: Iterable[str]) -> None:
+    """Mark entries used now (the no-op hydrate, the runtime helper): one utime each, no write. With the
+    dest's records, not the eviction, because a serving process calls it and never imports the engine."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.utime(used_record(dest, name), follow_symlinks=False)
 
 
 class NotARecord(Exception):

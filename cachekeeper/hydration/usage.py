@@ -1,7 +1,7 @@
 """A dest's disk budget: which entries it holds, when each was last used, and eviction by last use.
 
     <dest>/.cachekeeper/used/<entry name>.json   the entry's files ("root/path" keys); the file's mtime is
-                                                 the entry's last use (hydrate sets it; `record_use` too)
+                                                 the entry's last use (hydrate sets it; `state.record_use` too)
 
 Eviction removes whole entries, least recently used first, and never one that is wanted by the running
 hydrate, named by a kept lockfile, or used within `min_age` seconds (a server may be reading it). It runs
@@ -16,22 +16,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fs.atomic import atomic_write_bytes
-from .state import NotARecord, State, plain_file, read_own, safe_rel, save_state, state_dir
-
-USED = "used"
-
-
-def _record(dest: Path, name: str) -> Path:
-    """The record of entry `name`; a name that could leave `used/` (a state file is input) names one that
-    is never there."""
-    if not safe_rel(name):
-        return state_dir(dest) / USED / ".unsafe-name"
-    return state_dir(dest) / USED / f"{name}.json"
+from .state import USED, NotARecord, State, plain_file, read_own, safe_rel, save_state, state_dir, used_record
 
 
 def record(dest: Path, entries: dict[str, list[str]]) -> None:
@@ -39,7 +29,7 @@ def record(dest: Path, entries: dict[str, list[str]]) -> None:
     makes an entry look older)."""
     for name, keys in entries.items():
         with contextlib.suppress(OSError):   # a dir or such in its place: the entry only looks older
-            atomic_write_bytes(_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
+            atomic_write_bytes(used_record(dest, name), json.dumps(sorted(keys)).encode(), durable=False)
 
 
 def last_uses(dest: Path) -> dict[str, float]:
@@ -51,13 +41,6 @@ def last_uses(dest: Path) -> dict[str, float]:
                 with contextlib.suppress(OSError):
                     out[e.name[:-len(".json")]] = e.stat(follow_symlinks=False).st_mtime
     return out
-
-
-def record_use(dest: Path, names: Iterable[str]) -> None:
-    """Mark entries used now (the no-op hydrate, the runtime helper): one utime each, no write."""
-    for name in names:
-        with contextlib.suppress(OSError):
-            os.utime(_record(dest, name), follow_symlinks=False)
 
 
 @dataclass(frozen=True)
@@ -80,7 +63,7 @@ def entries(dest: Path, state: State) -> list[Entry]:
     """The dest's entries with their size (of the files the state lists) and last use, oldest first."""
     out: list[Entry] = []
     for name in state.manifests:
-        path = _record(dest, name)
+        path = used_record(dest, name)
         keys, used = _read_record(path)
         out.append(Entry(name, keys, sum(state.files[k].size for k in keys if k in state.files), used))
     return sorted(out, key=lambda e: e.last_use)
@@ -152,5 +135,5 @@ def apply(dest: Path, state: State, ev: Eviction, roots: Mapping[str, Path] | No
                 path.unlink()
     for name in gone:
         with contextlib.suppress(FileNotFoundError):
-            _record(dest, name).unlink()
+            used_record(dest, name).unlink()
 

@@ -251,7 +251,7 @@ class CompiledComponent:
             return None
         self.stats.loaded.append(meta.entry)
         if self.cache_dir is not None:  # the dest's disk budget evicts by last use (hydration/usage.py)
-            from ..hydration.usage import record_use
+            from ..hydration.state import record_use
 
             record_use(self.cache_dir, [meta.entry])
         return fn

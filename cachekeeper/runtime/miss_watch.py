@@ -52,7 +52,7 @@ def cache_dirs_from_env(env: Mapping[str, str] | None = None) -> list[Path]:
 def cache_counts(dirs: Iterable[Path]) -> dict[str, int]:
     """Complete files per directory under the cache dirs (runtimes' temp names and locks are not compiled
     output). Counts, not name sets: a serving call pays one listing per directory, nothing kept per file."""
-    from ..captures.capture import is_runtime_temp
+    from ..fs.paths import is_runtime_temp
 
     counts: dict[str, int] = {}
     stack = [str(d) for d in dirs]

@@ -13,10 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.hydration import usage
 from cachekeeper.hydration.nodecache import NodeCache
 from cachekeeper.hydration.resolve import write_lockfile
-from cachekeeper.hydration.state import load_state, state_dir
+from cachekeeper.hydration.state import USED, load_state, record_use, state_dir
 from cachekeeper.stores.file import FileStore
 
 from .helpers import build_tree, fingerprint, hydrate_into, publish_tree, read_tree, write_tree
@@ -35,7 +34,7 @@ def two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Two:
 
 def _age(dest: Path, name: str, seconds: float) -> None:
     then = time.time() - seconds
-    os.utime(state_dir(dest) / usage.USED / f"{name}.json", (then, then))
+    os.utime(state_dir(dest) / USED / f"{name}.json", (then, then))
 
 
 def _gc(*args: str) -> Any:
@@ -67,7 +66,7 @@ def test_an_entry_used_within_the_min_age_is_never_evicted_and_one_line_says_ove
     store, (a, b), (ta, tb) = two
     dest = tmp_path / "d"
     _a_two_hours_ago(two, dest)
-    usage.record_use(dest, [a.name])          # the runtime helper served it just now
+    record_use(dest, [a.name])                # the runtime helper served it just now
     report = hydrate_into(lambda: store, dest, [b.name], max_bytes=100)
     assert report.evicted == [] and read_tree(dest) == {**ta, **tb}
     assert len(report.warnings) == 1 and "over its budget of 100" in report.warnings[0]
