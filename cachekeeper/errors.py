@@ -8,7 +8,7 @@ step as `hint=` when it knows one, in words that name no CLI flag.
 
 Messages are one line naming the thing; the thing itself travels as a field (`key`, `url`, `path`,
 `fingerprint`), so callers read fields and never cut message text. Exit codes are a public promise
-(README, "Every expected failure"): never renumber one.
+(docs/cli.md, "Exit codes"): never renumber one.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""docker-compose.yml is for users (no Docker engine runs here), so its wiring is checked against the
-README and the code: images, ports, env names, volumes, commands and service references."""
+"""docker-compose.yml is for users (no Docker engine runs here), so its wiring is checked against
+docs/services.md and the code: images, ports, env names, volumes, commands and service references."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from cachekeeper.config import load_config
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
-README = (REPO / "README.md").read_text()
+SERVICES_DOC = (REPO / "docs" / "services.md").read_text()
 CODE = "\n".join(p.read_text() for p in (REPO / "cachekeeper").rglob("*.py"))
 # Read by the SDKs we call (botocore, google-auth) rather than by our code, or by the server images.
 SDK_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "GOOGLE_CLOUD_PROJECT"}
@@ -24,14 +24,14 @@ IMAGE_ENV = {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}
 CK_SERVICES = [n for n, s in SERVICES.items() if "cachekeeper" in " ".join(map(str, s.get("command", [])))]
 
 
-def readme_table() -> dict[str, tuple[str, str]]:
-    """service -> (image, port) from the README's "Running against real services" table."""
-    rows = re.findall(r"^\| `([\w-]+)`[^|]*\| (`[^`]+`|built from `Dockerfile`) \| ([\d–]+) \|", README, re.M)
+def documented_table() -> dict[str, tuple[str, str]]:
+    """service -> (image, port) from docs/services.md's table."""
+    rows = re.findall(r"^\| `([\w-]+)`[^|]*\| (`[^`]+`|built from `Dockerfile`) \| ([\d–]+) \|", SERVICES_DOC, re.M)
     return {name: (image.strip("`"), port) for name, image, port in rows}
 
 
-def test_every_service_the_readme_documents_exists_with_its_image_and_port() -> None:
-    table = readme_table()
+def test_every_service_the_docs_document_exists_with_its_image_and_port() -> None:
+    table = documented_table()
     assert {"postgres", "seaweedfs", "fake-gcs", "worker", "hydrate"} <= set(table)
     for name, (image, port) in table.items():
         service = SERVICES[name]

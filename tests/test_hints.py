@@ -1,7 +1,8 @@
-"""The CLI's hint table (cli/hints.py) against the error classes, the real click tree and the README.
+"""The CLI's hint table (cli/hints.py) against the error classes, the real click tree and docs/cli.md.
 
 Every error class gets a next step; every flag a hint or a library message names exists; the exit codes
-are the ones the README promises; the error handler prints `error:` and `hint:` and exits with the code.
+are the ones docs/cli.md's exit-code table promises; the error handler prints `error:` and `hint:` and exits
+with the code.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def test_library_errors_name_no_cli_flag_at_all(area: str) -> None:
     assert flagged == []
 
 
-# --- exit codes: the README's promise --------------------------------------------------------------
+# --- exit codes: docs/cli.md's promise -------------------------------------------------------------
 
 DOCUMENTED: dict[type[errors.CachekeeperError], str] = {
     errors.UsageError: "usage/config", errors.ConfigError: "usage/config",
@@ -215,21 +216,23 @@ DOCUMENTED: dict[type[errors.CachekeeperError], str] = {
 }
 
 
-def _readme_exit_codes() -> dict[int, str]:
-    text = " ".join((ROOT / "README.md").read_text().split())
-    start = text.index("exits non-zero (")
-    table = text[start:text.index("). ", start)]
-    return {int(code): label for code, label in re.findall(r"[(,] ?(\d+) ([a-z][a-z /]*?)(?=[,:)]|$)", table)}
+def _documented_exit_codes() -> dict[int, str]:
+    """code -> meaning, from the table under docs/cli.md's "## Exit codes" heading (up to the next heading)."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    start = text.index("\n## Exit codes\n")
+    section = text[start:text.find("\n## ", start + 1)]
+    return {int(code): label for code, label in re.findall(r"^\| (\d+) \| ([^|]+?) \|", section, re.M)}
 
 
-def test_the_readme_lists_each_exit_code_once() -> None:
-    assert sorted(_readme_exit_codes()) == [*range(2, 14), 130, 143]
+def test_docs_cli_lists_each_exit_code_once() -> None:
+    rows = re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)
+    assert sorted(map(int, rows)) == sorted(_documented_exit_codes()) == [*range(2, 14), 130, 143]
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
 def test_exit_codes_are_the_documented_ones(cls: type[errors.CachekeeperError]) -> None:
     documented = next(DOCUMENTED[k] for k in cls.__mro__ if k in DOCUMENTED)
-    assert _readme_exit_codes()[cls.exit_code] == documented
+    assert _documented_exit_codes()[cls.exit_code] == documented
 
 
 # --- the handler -----------------------------------------------------------------------------------

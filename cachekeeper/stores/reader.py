@@ -39,7 +39,7 @@ class Counter:
 
 
 # Without a deadline, a store that sends no byte to any waiting read for this many stall timeouts is
-# declared stalled for the rest of the run (README and docs/durability.md state the bound).
+# declared stalled for the rest of the run (docs/cli.md and docs/durability.md state the bound).
 IDLE_STALLS = 3
 
 

@@ -15,7 +15,7 @@ from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE, FakeBackend, fake_config
 
 FILES = {f"0{i}/k{i}.neff": bytes([i + 1]) * (1000 + i) for i in range(3)}
-# README "Every expected failure": the codes a command may end with (1 is a bug, never expected)
+# docs/cli.md "Exit codes": the codes a command may end with (1 is a bug, never expected)
 DOCUMENTED_EXIT_CODES = {0, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12}
 
 

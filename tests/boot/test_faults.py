@@ -136,7 +136,7 @@ def test_the_boot_hook_against_a_stalled_store_ends_at_its_deadline(
 # --- no --deadline: the stall timeout bounds every read, the SDK's included -----------------------------
 
 STALL = 1.0    # CACHEKEEPER_STALL_TIMEOUT for these runs
-BOUND = 3 * STALL + 3.0   # README/docs/durability.md: 3 stall timeouts, plus connect timeouts and backoff
+BOUND = 3 * STALL + 3.0   # docs/cli.md, docs/durability.md: 3 stall timeouts, plus connect timeouts and backoff
 
 
 def _stalled_cli(tmp: Path, store_url: str, env_var: str, proxy: FaultProxy, *extra: str) -> tuple[float, Any]:

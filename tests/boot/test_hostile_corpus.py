@@ -24,7 +24,7 @@ from tests.fakes import ENABLE
 
 from .helpers import fingerprint, hydrate_into, spec, write_tree
 
-DOCUMENTED_EXIT_CODES = {2, 3, 4, 6, 8, 9, 10, 11}   # README "Exit codes"
+DOCUMENTED_EXIT_CODES = {2, 3, 4, 6, 8, 9, 10, 11}   # docs/cli.md "Exit codes"
 FILES = {"a/1.neff": b"one" * 40, "a/2.neff": b"two" * 40, "b/3.neff": b"three"}
 
 

@@ -1,6 +1,6 @@
 """The dashboard in a real browser: headless Chromium (Debian's `chromium` + `chromium-driver`) driven by
 Selenium, against uvicorn on 127.0.0.1. Nothing is downloaded: the driver path is explicit, so Selenium
-Manager never runs. Set CK_DASHBOARD_SCREENSHOT=docs/dashboard.png to refresh the README's screenshot."""
+Manager never runs. Set CK_DASHBOARD_SCREENSHOT=docs/dashboard.png to refresh docs/cli.md's screenshot."""
 
 from __future__ import annotations
 

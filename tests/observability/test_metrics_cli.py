@@ -248,14 +248,14 @@ def test_every_metric_is_named_by_the_conventions() -> None:
         assert "le" not in metric.labels and "quantile" not in metric.labels
 
 
-def test_the_readmes_three_metrics_lines_parse_with_the_real_cli() -> None:
+def test_the_boot_docs_three_metrics_lines_parse_with_the_real_cli() -> None:
     import re
     import shlex
 
     from cachekeeper.cli import _register, cli
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme[readme.index("the three lines a team adds"):]
+    boot_doc = (Path(__file__).resolve().parents[2] / "docs" / "boot.md").read_text()
+    block = boot_doc[boot_doc.index("the three lines a team adds"):]
     block = block[block.index("```sh") + 5:]
     lines = [re.sub(r"\s+#.*$", "", line) for line in block[:block.index("```")].strip().splitlines()]
     assert len(lines) == 3

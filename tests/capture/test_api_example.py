@@ -1,4 +1,4 @@
-"""The README's Python example, taken from README.md as written (only its dest path moved into the test's
+"""The Python API example, taken from docs/boot.md as written (only its dest path moved into the test's
 tmp dir), runs against a real file store: the env it sets names the dir hydrate filled, and what the
 runtime writes there is what capture publishes."""
 
@@ -12,20 +12,20 @@ import pytest
 
 from .conftest import World, runtime_writes
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "boot.md"
 
 
-def readme_example() -> tuple[str, str]:
+def api_example() -> tuple[str, str]:
     """(the code before the example's `...` line, the code after it): the one python block that calls
     `cachekeeper.hydrate(`."""
-    [block] = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "cachekeeper.hydrate(" in b]
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S) if "cachekeeper.hydrate(" in b]
     before, serve, after = re.split(r"^(\.\.\..*)$", block, maxsplit=1, flags=re.M)
     assert serve.startswith("...")
     return before, after
 
 
-def test_the_readme_python_example_runs_as_written(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    before, after = readme_example()
+def test_the_documented_python_example_runs_as_written(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    before, after = api_example()
     assert '"/var/cache/ck"' in before and 'config="ck.yaml"' in before
     dest = world.tmp / "var-cache-ck"
     for name in ("CACHEKEEPER_HOME", "CACHEKEEPER_STORE", "FAKE_SHARED_DIR"):
