@@ -143,26 +143,12 @@ BYTES_DESCRIBED = "a whole number of bytes, optionally with a K, M, G, T or P su
 
 # --- env vars read outside click: checked when any command starts, even one that ends up a no-op ----
 
-def _addressing(raw: str) -> None:
-    if raw.strip().lower() not in ("", "auto", "path", "virtual"):
-        raise ValueError(f"{raw!r} is not one of auto, path, virtual")
-
-
-ENV_NUMBERS = {"CACHEKEEPER_STALL_TIMEOUT": STALL_TIMEOUT, "CACHEKEEPER_PART_MIB": PART_MIB}
-
-
 def check_environment(environ: dict[str, str] | None = None) -> None:
-    """Every env var cachekeeper reads outside its flags, checked at entry: a typo is one error naming the
-    variable before any work, not a surprise on the first fetch (or never, on a no-op)."""
-    env = os.environ if environ is None else environ
-    for var, bound in ENV_NUMBERS.items():
-        checked_env(var, bound, dict(env))
-    raw = env.get("CACHEKEEPER_S3_ADDRESSING_STYLE", "")
-    try:
-        _addressing(raw)
-    except ValueError as exc:
-        raise UsageError(f"env CACHEKEEPER_S3_ADDRESSING_STYLE: {exc}",
-                         "set CACHEKEEPER_S3_ADDRESSING_STYLE to path, virtual or auto, or unset it") from None
+    """Every env var cachekeeper reads outside its flags, checked at entry: the registry's
+    (settings.CHECKED_AT_ENTRY) say which and with what bound."""
+    from .settings import check_environment as check_registry
+
+    check_registry(environ)
 
 
 def checked(raw: object, bound: Bound, source: str, error: type[CachekeeperError] = UsageError) -> int | float:
@@ -174,6 +160,6 @@ def checked(raw: object, bound: Bound, source: str, error: type[CachekeeperError
 
 
 def checked_env(var: str, bound: Bound, environ: dict[str, str] | None = None) -> int | float | None:
-    """The env var's value within `bound`; None when unset or empty."""
+    """The env var's value within `bound`; None when unset or empty (settings.X.get() reads a registered one)."""
     raw = (os.environ if environ is None else environ).get(var, "")
     return None if not raw.strip() else checked(raw, bound, f"env {var}")

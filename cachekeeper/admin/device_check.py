@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..backends.base import CACHE_ROOT, Backend, BuildJob
-from ..backends.build_main import SERVE_CALL_ENV
 from ..errors import BackendUnavailable, BuildFailed, DeviceCheckFailed
 from ..format.spec import EntrySpec, ModelRef, Shape
 
@@ -237,7 +237,7 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
         dest = tmp / "hydrated"
         hydrate(open_store=lambda: store, fingerprint=fp, dest=dest, extra_roots={})
         served_job = BuildJob(spec, ref, {CACHE_ROOT: str(dest)}, opts, str(tmp / "served.json"))
-        env = {**backend.env_exports(dest), SERVE_CALL_ENV: json.dumps(SERVE_CALL), **(serve_env or {})}
+        env = {**backend.env_exports(dest), settings.SERVE_CALL.name: json.dumps(SERVE_CALL), **(serve_env or {})}
         served, served_env = _build(backend, served_job, tmp, env, timeout, "server")
         tp = _tp_build(backend, spec, ref, opts, tmp, timeout)
     rows = judge(backend, dict(fp.fields), first, served, served_env, pipeline=pipeline, slot=slot, tp=tp,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import os
 
+from .. import settings
 from ..errors import UsageError
 from .base import Backend
 
@@ -19,10 +19,10 @@ REGISTRY: dict[str, str] = {
 def registry() -> dict[str, str]:
     """Built-in backends plus plugins named in CACHEKEEPER_BACKENDS ("name=module:Class,...")."""
     out = dict(REGISTRY)
-    for item in filter(None, os.environ.get("CACHEKEEPER_BACKENDS", "").split(",")):
+    for item in settings.BACKENDS.get() or ():
         name, sep, target = item.partition("=")
         if not sep or ":" not in target:
-            raise UsageError(f"CACHEKEEPER_BACKENDS: expected name=module:Class, got {item!r}")
+            raise UsageError(f"{settings.BACKENDS.name}: expected name=module:Class, got {item!r}")
         out[name.strip()] = target.strip()
     return out
 

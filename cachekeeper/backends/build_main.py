@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..errors import BackendUnavailable, BuildFailed
 from ..format.spec import ModelRef
 from .base import CACHE_ROOT, BuildJob
@@ -261,7 +262,6 @@ def gather_stats(rt: DeviceRuntime) -> dict[str, int] | None:
 
 
 # The device check's server: a pipeline call unlike the build's (JSON {"steps", "prompt", "seed"}).
-SERVE_CALL_ENV = "CACHEKEEPER_SERVE_CALL"
 WARMUP_STEPS_OPTION = "warmup_steps"   # backend option: the step counts a pipeline warm-up runs ("4,28")
 
 
@@ -278,12 +278,11 @@ def warmup_steps(options: Mapping[str, str]) -> list[int]:
 
 def pipeline_calls(pipe: Any, job: BuildJob) -> list[dict[str, Any]]:
     """The pipeline calls to make: the build's (one per `warmup_steps`, else one of the default count), or
-    the device check's server call (SERVE_CALL_ENV), which differs in steps, prompt and seed."""
+    the device check's server call (settings.SERVE_CALL), which differs in steps, prompt and seed."""
     from .pipeline_warmup import call_kwargs
 
-    serve = os.environ.get(SERVE_CALL_ENV)
-    if serve:
-        call = json.loads(serve)
+    call = settings.SERVE_CALL.get()
+    if call:
         return [call_kwargs(pipe, job.spec, job.model, prompt=str(call["prompt"]), steps=int(call["steps"]),
                             seed=int(call["seed"]))]
     steps = warmup_steps(job.options)
@@ -371,10 +370,8 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
     if len(argv) != 1:
         print(f"usage: python -m {prog} '<job json>'", file=sys.stderr)
         return 2
-    from .toolchain import BUILD_WARNINGS_ENV
-
     if int(os.environ.get("RANK", "0")) == 0:
-        for line in filter(None, os.environ.get(BUILD_WARNINGS_ENV, "").splitlines()):
+        for line in settings.BUILD_WARNINGS.get() or ():
             warn(line)
     try:
         job = BuildJob.from_json(argv[0])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .. import settings
 from ..errors import BackendUnavailable, ConfigError
 from ..format.fingerprint import Fingerprint
 from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob
@@ -30,9 +31,6 @@ from .base import CACHE_ROOT, Backend, BuildCommand, BuildJob
 # devices build.workers may split on this host (a host property, never part of the fingerprint).
 LOCATION_OPTIONS = frozenset({"device", "import_from", "cores", "chips"})
 PIN_SUFFIX = "_version"
-# Warnings the host side hands a build subprocess (one per line): build_main prints each as one
-# `cachekeeper-build: warning:` line, so they land in the build log the worker keeps.
-BUILD_WARNINGS_ENV = "CACHEKEEPER_BUILD_WARNINGS"
 
 # --- versions and pins -------------------------------------------------------------------------------
 
@@ -327,5 +325,7 @@ class DeviceBackend(PackagedBackend):
 
 
 def add_build_warning(env: dict[str, str], line: str) -> None:
-    """Queue one warning line for the build subprocess to print (BUILD_WARNINGS_ENV)."""
-    env[BUILD_WARNINGS_ENV] = "\n".join(filter(None, [env.get(BUILD_WARNINGS_ENV, ""), line]))
+    """Queue one warning line for the build subprocess to print (settings.BUILD_WARNINGS): build_main prints
+    each as one `cachekeeper-build: warning:` line, so they land in the build log the worker keeps."""
+    var = settings.BUILD_WARNINGS.name
+    env[var] = "\n".join(filter(None, [env.get(var, ""), line]))

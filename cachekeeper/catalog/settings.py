@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
-import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -22,9 +21,10 @@ SQLITE_BUSY_TIMEOUT_S = 30
 
 
 def default_url() -> str:
+    from ..settings import CATALOG
     from ..stores import default_home
 
-    return os.environ.get("CACHEKEEPER_CATALOG") or f"sqlite:///{default_home() / 'catalog.db'}"
+    return CATALOG.get() or f"sqlite:///{default_home() / 'catalog.db'}"
 
 
 # The URLs a catalog may have, as `scheme[+driver]`: SQLite, and Postgres through psycopg 3 (db.py takes a

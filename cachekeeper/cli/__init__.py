@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .. import settings
 from ..errors import CachekeeperError, Interrupted, Terminated
 from ..observability import logs
 from .hints import hint_for, path_hint
@@ -55,7 +56,8 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="cachekeeper")
 @click.option("--log-format", type=click.Choice(logs.FORMATS), default="human", show_default=True,
-              envvar=logs.ENV, help="stderr as human lines, or one JSON object per event [env CACHEKEEPER_LOG_FORMAT]")
+              envvar=settings.LOG_FORMAT.name,
+              help="stderr as human lines, or one JSON object per event [env CACHEKEEPER_LOG_FORMAT]")
 def cli(log_format: str) -> None:
     """Prebuild, publish and hydrate compiler caches for PyTorch models."""
     logs.configure(log_format)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import bounds
+from .. import bounds, settings
 from .options import (
     catalog_option,
     excludes,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 @click.option("--backend", "backends", multiple=True, help="only these backends")
 @click.option("--model", "models", multiple=True, help="only these models")
 @click.option("--only", "only", multiple=True, metavar="KEY", help="only these entry keys (or 12-char prefixes)")
-@click.option("--worker", envvar="CACHEKEEPER_WORKER",
+@click.option("--worker", envvar=settings.WORKER.name,
               help="worker id in the shared queue (default host:pid) [env CACHEKEEPER_WORKER]")
 @number("--lease", bound=bounds.LEASE, default=30.0, show_default=True,
               help="a claimed entry returns to the queue this long after its worker stops renewing it")
@@ -52,12 +52,12 @@ if TYPE_CHECKING:
               help="build only shard I of N (N alone: I from JOB_COMPLETION_INDEX or AWS_BATCH_JOB_ARRAY_INDEX)")
 @number("--workers", bound=bounds.WORKERS, help="parallel builds on this host (default: the config's build.workers)")
 @click.option("--verify-store", is_flag=True, help="also check the store for entries the catalog lists as built")
-@click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
+@click.option("--sign-key", envvar=settings.SIGNING_KEY.name, type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign manifests with [env CACHEKEEPER_SIGNING_KEY]")
-@click.option("--metrics-push", envvar="CACHEKEEPER_METRICS_PUSH", metavar="URL",
+@click.option("--metrics-push", envvar=settings.METRICS_PUSH.name, metavar="URL",
               help="push each entry's build seconds and outcome to this Pushgateway when done (a Kubernetes "
               "Job's convention; docs/observability.md) [env CACHEKEEPER_METRICS_PUSH]")
-@click.option("--metrics-file", envvar="CACHEKEEPER_METRICS_FILE", metavar="PATH",
+@click.option("--metrics-file", envvar=settings.METRICS_FILE.name, metavar="PATH",
               help="else write them here in node_exporter's textfile format [env CACHEKEEPER_METRICS_FILE]")
 @json_option
 def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, no_catalog: bool,
@@ -74,28 +74,28 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 
     for flag in ("wait", "verify_store", "worker", "lease", "heartbeat", "catalog_url"):
         excludes(flag, "no_catalog", "it acts on the catalog's shared queue or index")
-    settings = RunSettings(lease=LeaseSettings(lease, heartbeat), wait=wait, verify_store=verify_store,
-                           worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
+    run_settings = RunSettings(lease=LeaseSettings(lease, heartbeat), wait=wait, verify_store=verify_store,
+                               worker=worker, shard=parse_shard(shard) if shard else None, workers=workers)
     if heartbeat >= lease:
         raise UsageError(f"--heartbeat {heartbeat:g} must be shorter than --lease {lease:g}",
                          "a lease that expires before its renewal loses the entry to another worker")
     config = required_config(config_path)
     if sign_key:
         from ..format.signing import SigningKey
-        settings = RunSettings(**{**settings.__dict__, "signing_key": SigningKey.load(Path(sign_key))})
+        run_settings = RunSettings(**{**run_settings.__dict__, "signing_key": SigningKey.load(Path(sign_key))})
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(opened_store(store_url, config, create=True))
         catalog = None if no_catalog else stack.enter_context(opened_catalog(catalog_url, config))
         report = run(config, store, catalog=catalog, backends=set(backends) or None, models=set(models) or None,
-                     only=set(only) or None, settings=settings, progress=_progress)
+                     only=set(only) or None, settings=run_settings, progress=_progress)
     if metrics_push or metrics_file:
-        _write_metrics(report.outcomes, config, metrics_push, metrics_file, worker, settings)
+        _write_metrics(report.outcomes, config, metrics_push, metrics_file, worker, run_settings)
     if as_json:
         click.echo(json.dumps({"counts": report.counts(), "outcomes": [o.__dict__ for o in report.outcomes],
                                "swept_workdirs": [str(p) for p in report.swept]}))
     if report.swept:
         say(f"prebuild: removed {len(report.swept)} workdirs of dead workers")
-    where = f" (shard {settings.shard.label()})" if settings.shard else ""
+    where = f" (shard {run_settings.shard.label()})" if run_settings.shard else ""
     from ..observability import logs
 
     logs.summary("prebuild: " + (", ".join(f"{n} {s}" for s, n in sorted(report.counts().items())) or "nothing to do")
@@ -110,7 +110,7 @@ def prebuild(config_path: str, store_url: str | None, catalog_url: str | None, n
 
 
 def _write_metrics(outcomes: list[Outcome], config: Config, push_url: str | None, path: str | None,
-                   worker: str | None, settings: RunSettings) -> None:
+                   worker: str | None, run_settings: RunSettings) -> None:
     """Each entry's build seconds and outcome (observability/metrics.py): pushed to a Pushgateway, grouped
     by worker and shard so parallel workers do not overwrite each other, else a textfile."""
     from ..observability import metrics_or_warn
@@ -127,7 +127,7 @@ def _write_metrics(outcomes: list[Outcome], config: Config, push_url: str | None
         reg = m.prebuild_registry(outcomes, entries)
         if push_url:
             grouping = {"worker": worker or socket.gethostname(),
-                        "shard": settings.shard.label() if settings.shard else "all"}
+                        "shard": run_settings.shard.label() if run_settings.shard else "all"}
             m.push(push_url, reg, "cachekeeper_prebuild", grouping)
         elif path is not None:
             m.write_textfile(path, reg, "--metrics-file")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import bounds
+from .. import bounds, settings
 from .options import (
     catalog_option,
     json_option,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
               "with `capture: publish` in the config (every host runs what a serving host writes back)")
 @store_option
 @catalog_option
-@click.option("--sign-key", envvar="CACHEKEEPER_SIGNING_KEY", type=click.Path(dir_okay=False),
+@click.option("--sign-key", envvar=settings.SIGNING_KEY.name, type=click.Path(dir_okay=False),
               help="ed25519 private key (PEM) to sign the captured manifest [env CACHEKEEPER_SIGNING_KEY]")
 @number("--watch", bound=bounds.WATCH, help="publish every SECONDS until stopped (then once more)")
 @number("--settle", bound=bounds.SETTLE, default=2.0, show_default=True,

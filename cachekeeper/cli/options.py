@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .. import settings
 from ..backends.host import HostToolchain, host_toolchain, pick_backend
 from ..bounds import Bound
 from ..hydration.request import load_config
@@ -28,9 +29,9 @@ __all__ = ["Number", "backend_pairs", "catalog_option", "excludes", "json_option
            "open_catalog", "open_store", "opened_catalog", "opened_store", "param_source", "required_config", "say",
            "store_option", "toolchain"]
 
-store_option = click.option("--store", "store_url", envvar="CACHEKEEPER_STORE", metavar="URL",
+store_option = click.option("--store", "store_url", envvar=settings.STORE.name, metavar="URL",
                             help="file:///dir, s3://bucket/prefix or gs://bucket/prefix [env CACHEKEEPER_STORE]")
-catalog_option = click.option("--catalog", "catalog_url", envvar="CACHEKEEPER_CATALOG", metavar="URL",
+catalog_option = click.option("--catalog", "catalog_url", envvar=settings.CATALOG.name, metavar="URL",
                               help="sqlite:///file or postgresql+psycopg://... [env CACHEKEEPER_CATALOG]")
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import bounds
+from .. import bounds, settings
 from .options import json_option, load_config, number, say, store_option, toolchain
 
 if TYPE_CHECKING:
@@ -66,11 +66,11 @@ def since_seconds(text: str, source: str = "--since") -> float:
 @click.option("--option", "pairs", multiple=True, metavar="KEY=VALUE", help="backend option (as hydrate)")
 @click.option("--dest", type=click.Path(file_okay=False), help="the hydrated dir the server uses (its backend)")
 @store_option
-@click.option("--spool", "spool_path", envvar="CACHEKEEPER_SPOOL", type=click.Path(file_okay=False),
+@click.option("--spool", "spool_path", envvar=settings.SPOOL.name, type=click.Path(file_okay=False),
               help="where watch(pipe) records calls [env CACHEKEEPER_SPOOL; default $CACHEKEEPER_HOME/spool]")
 @click.option("--watch", "every", metavar="SECONDS",
               help="write at most one report every SECONDS (1-86400) until stopped, then once more")
-@number("--metrics-port", bound=bounds.PORT, envvar="CACHEKEEPER_METRICS_PORT", metavar="PORT",
+@number("--metrics-port", bound=bounds.PORT, envvar=settings.METRICS_PORT.name, metavar="PORT",
         help="with --watch: serve the runtime-miss counters on http://0.0.0.0:PORT/metrics "
         "(docs/observability.md) [env CACHEKEEPER_METRICS_PORT]")
 @json_option

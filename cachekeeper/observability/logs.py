@@ -10,7 +10,7 @@ A JSON line carries the same fields in every event: `event` (error, warning, pro
 (error, warning, info), `message` (the human line's text without its prefix) and, for a summary, the
 command's `--json`-style figures. Chosen once per process by `--log-format` or CACHEKEEPER_LOG_FORMAT.
 
-Light (stdlib only): the boot path prints through it.
+Light (the stdlib and the settings registry): the boot path prints through it.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import sys
 import time
 from typing import Any, TextIO
 
-FORMATS = ("human", "json")
-ENV = "CACHEKEEPER_LOG_FORMAT"
+from ..settings import LOG_FORMAT
+
+FORMATS = LOG_FORMAT.choices
 
 _format = "human"
 

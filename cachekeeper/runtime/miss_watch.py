@@ -26,12 +26,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..format.spool import MAX_SPOOL_BYTES, SPOOL_SUFFIX, CallRecord
 
 log = logging.getLogger("cachekeeper.runtime")
 
-SPOOL_ENV = "CACHEKEEPER_SPOOL"
-MODEL_ENV = "CACHEKEEPER_MODEL"
 # The cache dirs the built-in backends' runtimes write (what hydrate --print-env exports).
 CACHE_ENVS = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL",
               "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT")
@@ -40,7 +39,7 @@ CACHE_ENVS = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON
 def spool_dir() -> Path:
     from ..stores import default_home
 
-    return Path(os.environ.get(SPOOL_ENV) or default_home() / "spool")
+    return settings.SPOOL.get() or default_home() / "spool"
 
 
 def cache_dirs_from_env(env: Mapping[str, str] | None = None) -> list[Path]:
@@ -163,7 +162,7 @@ def watch(pipe: Any, *, model: str | None = None, cache_dirs: Iterable[str | os.
     """Wrap `pipe` so each call is recorded for miss reports. `model` is the config's model name
     (default: $CACHEKEEPER_MODEL, else the pipeline's class name); `cache_dirs` default to the dirs the
     backend env vars name (what `hydrate --print-env` exported); `counter` is a runtime's compile count."""
-    name = model or os.environ.get(MODEL_ENV) or type(pipe).__name__
+    name = model or settings.MODEL.get() or type(pipe).__name__
     dirs = [Path(p) for p in cache_dirs] if cache_dirs is not None else cache_dirs_from_env()
     return Watched(pipe, name, dirs, Spool(Path(spool) if spool is not None else spool_dir()),
                    counter or inductor_compiles)

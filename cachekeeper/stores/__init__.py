@@ -3,9 +3,9 @@ imported only when their scheme is opened."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from .. import settings
 from .base import Store
 from .schemes import installed_schemes, open_url, parse_store_url
 from .url import StoreURL
@@ -15,11 +15,11 @@ __all__ = ["Store", "StoreURL", "default_home", "default_store_url", "installed_
 
 
 def default_home() -> Path:
-    return Path(os.environ.get("CACHEKEEPER_HOME") or ".cachekeeper").absolute()
+    return (settings.HOME.get() or Path(".cachekeeper")).absolute()
 
 
 def default_store_url() -> str:
-    return os.environ.get("CACHEKEEPER_STORE") or f"file://{default_home() / 'store'}"
+    return settings.STORE.get() or f"file://{default_home() / 'store'}"
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:

@@ -157,9 +157,9 @@ def sdk_timeouts() -> tuple[float, float, int]:
 def default_policy() -> RetryPolicy:
     """`CACHEKEEPER_STALL_TIMEOUT` (seconds without a byte before an attempt is abandoned) tunes the
     one knob a fleet may want to; the deadline caps it anyway."""
-    from ..bounds import STALL_TIMEOUT, checked_env
+    from .. import settings
 
-    stall = checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # a typo is an error, never ignored
+    stall = settings.STALL_TIMEOUT.get()   # a typo is an error, never ignored
     return RetryPolicy(stall=RetryPolicy.stall if stall is None else float(stall))
 
 

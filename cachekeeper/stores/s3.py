@@ -32,6 +32,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from .. import settings
 from ..errors import StoreAuthError, StoreError, StoreUnreachable, StoreWriteDenied
 from ..fs.paths import CHUNK
 from ._util import ClientSlot
@@ -81,7 +82,7 @@ def _write_denied(where: str, key: str, url: str, action: str = "s3:PutObject") 
 
 def _addressing_style() -> Literal["auto", "virtual", "path"]:
     """Path-style for emulators: their buckets are not DNS names under the endpoint's host."""
-    forced = os.environ.get("CACHEKEEPER_S3_ADDRESSING_STYLE", "").strip().lower()
+    forced = settings.S3_ADDRESSING_STYLE.get()   # checked: a typo is one error, never a silent "auto"
     if forced == "path":
         return "path"
     if forced == "virtual":

@@ -23,14 +23,15 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ... import settings
+
 # What build.workers sets for one slot (TPUBackend.device_env); the runtime overwrites these under WORLD_SIZE.
 SLOT_VARS = ("TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS", "TPU_PROCESS_PORT",
              "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "TPU_VISIBLE_DEVICES")
-LOCK_ENV = "CACHEKEEPER_TPU_CHIP_LOCK"
 
 
 def lock_path() -> Path:
-    return Path(os.environ.get(LOCK_ENV) or Path(tempfile.gettempdir()) / "cachekeeper-tpu-chips.lock")
+    return settings.TPU_CHIP_LOCK.get() or Path(tempfile.gettempdir()) / "cachekeeper-tpu-chips.lock"
 
 
 @contextlib.contextmanager

@@ -17,6 +17,8 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from ... import settings
+
 UNKNOWN = "unknown"
 ACCELERATOR_ENV = "TPU_ACCELERATOR_TYPE"
 TOPOLOGY_ENV = "TORCH_TPU_TOPOLOGY"
@@ -25,7 +27,6 @@ TIER2_OFF = "disabled"
 # Tier 2 lives in /dev/shm/torch_tpu_cache/<name>/<16 hex platform fp>/<key>.bin (a string of 0.2.0's glue
 # library; [dev] tier2_compilation_cache.cc), shared by every process of the host and never evicted.
 TIER2_BASE = "/dev/shm/torch_tpu_cache"
-TIER2_BASE_ENV = "CACHEKEEPER_TPU_TIER2_BASE"   # where this host's runtime keeps it (tests point it elsewhere)
 PRIVATE_TIER2_PREFIX = "cachekeeper-"
 # [dev] tier3_compilation_cache.cc: unset/"1" schedules a local "backup" compile beside every tier-3 read;
 # "0" compiles only after a tier-3 miss. The name is a string of 0.2.0's glue library.
@@ -116,7 +117,7 @@ def chip_count(options: Mapping[str, str], env: Mapping[str, str], dev: Path = P
 
 
 def tier2_base(env: Mapping[str, str]) -> Path:
-    return Path(env.get(TIER2_BASE_ENV) or TIER2_BASE)
+    return settings.TPU_TIER2_BASE.get(env) or Path(TIER2_BASE)
 
 
 def private_tier2_name(root: str) -> str:
