@@ -2,7 +2,7 @@
 subprocess build that writes files, no torch): a temp world with a config, and the one-`error:`-line check.
 
 Not a test module: the CLI tests (tests/test_cli_*.py, tests/test_hints_truth.py, tests/inspect,
-tests/worker) import it instead of importing each other.
+tests/worker, and tests/capture through `run_cli`) import it instead of importing each other.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.fakes import ENABLE, fake_config
@@ -35,12 +36,18 @@ class Env:
         self.vars.pop("CACHEKEEPER_CATALOG", None)
 
     def run(self, *args: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True,
-                              env={**self.vars, **env}, cwd=self.tmp, timeout=120)
-        assert "Traceback" not in proc.stderr, proc.stderr
-        if ok:
-            assert proc.returncode == 0, proc.stderr
-        return proc
+        return run_cli(args, {**self.vars, **env}, self.tmp, ok=ok)
+
+
+def run_cli(args: Sequence[str], env: dict[str, str], cwd: Path, *,
+            ok: bool = True) -> subprocess.CompletedProcess[str]:
+    """`cachekeeper ARGS` in a subprocess: never a traceback; with `ok`, exit 0."""
+    proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
