@@ -16,7 +16,7 @@ an error is `cachekeeper.cli.hints.hint_for(exc)`). Nothing here imports torch o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .backends.host import HostToolchain
     from .captures.capture import CaptureReport
-    from .catalog import Catalog
     from .config import Config
     from .hydration.engine import HydrateReport
 
@@ -88,37 +87,12 @@ def capture(dest: StrPath, *, config: StrPath | None = None, backend: str | None
     """List the files the runtime added to the hydrated `dest`; with `publish`, write them back as a
     captured set of this toolchain (see `cachekeeper capture --help`)."""
     from . import bounds
-    from .captures.capture import capture as run
-    from .captures.capture import capture_target, require_publish_allowed
-    from .hydration.destdir import served_dir
-    from .hydration.request import store_on_demand
+    from .captures.resolve import resolve_capture, run_capture
 
     settle = float(bounds.checked(settle, bounds.SETTLE, "capture(settle=...)"))
-    cfg = _config(config)
-    if publish:
-        require_publish_allowed(cfg)
-    top, backend = capture_target(Path(dest), backend, cfg)
-    tc = _toolchain(cfg, backend, device, options)
-    dest = served_dir(top, tc.fingerprint.id)
-    key = None
-    if publish and sign_key is not None:
-        from .format.signing import SigningKey
-
-        key = SigningKey.load(Path(sign_key))
-    with store_on_demand(store, cfg) as store_fn:
-        return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
-                   settle_s=settle, signing_key=key,
-                   catalog=_catalog_opener(catalog or (cfg.catalog if cfg else None)) if publish else None)
-
-
-def _catalog_opener(url: str | None) -> Callable[[], Catalog]:
-    """The named catalog, else the default (as prebuild's): captured sets land where `ls --captured` looks."""
-    def open_it() -> Catalog:
-        from .catalog import Catalog
-
-        return Catalog.open(url)
-
-    return open_it
+    return run_capture(resolve_capture(dest, config=config, backend=backend, device=device, options=options,
+                                       publish=publish, store_url=store, catalog_url=catalog, sign_key=sign_key,
+                                       settle_s=settle))
 
 
 __all__ = ["capture", "env", "hydrate"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_env import Env, one_error_line
 from tests.fakes import served
-from tests.test_cli_spine import Env, one_error_line
 
 pytestmark = pytest.mark.services
 

@@ -7,7 +7,6 @@ path of the CLI runs for real in a few seconds; the Inductor loop lives in tests
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,35 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import ENABLE, fake_config, served
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def config_text(model_dir: Path, **extra: str) -> str:
-    return fake_config(model_dir, build=extra.get("build", ""))
-
-
-class Env:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.model = tmp / "model"
-        self.model.mkdir()
-        self.config = tmp / "ck.yaml"
-        self.config.write_text(config_text(self.model))
-        self.shared = tmp / "shared-dest"
-        self.vars = {**os.environ, **ENABLE, "CACHEKEEPER_HOME": str(tmp / "home"),
-                     "FAKE_SHARED_DIR": str(self.shared), "PYTHONPATH": str(REPO)}
-        self.vars.pop("CACHEKEEPER_STORE", None)
-        self.vars.pop("CACHEKEEPER_CATALOG", None)
-
-    def run(self, *args: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True,
-                              env={**self.vars, **env}, cwd=self.tmp, timeout=120)
-        assert "Traceback" not in proc.stderr, proc.stderr
-        if ok:
-            assert proc.returncode == 0, proc.stderr
-        return proc
+from tests.cli_env import Env, config_text, one_error_line
+from tests.fakes import served
 
 
 @pytest.fixture()
@@ -55,12 +27,6 @@ def env(tmp_path: Path) -> Env:
 def built(env: Env) -> Env:
     env.run("prebuild", str(env.config))
     return env
-
-
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert proc.returncode != 0 and len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 def test_prebuild_then_hydrate_reproduces_the_build_in_a_fresh_dir(built: Env) -> None:

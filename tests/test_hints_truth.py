@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_spine import Env, one_error_line
+from tests.cli_env import Env, one_error_line
 
 
 @pytest.fixture()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.compiles import run
 from tests.harness.tiny import copy_tiny
 
 pytestmark = pytest.mark.torch
@@ -22,14 +23,6 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 REPO = Path(__file__).resolve().parents[1]
-TIMEOUT = 1800
-
-
-def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Traceback" not in proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,6 @@ from ..errors import (
     StoreAuthError,
     StoreWriteDenied,
     ToolchainMismatch,
-    UsageError,
 )
 from ..format import canonical
 from ..format.fingerprint import Fingerprint
@@ -46,7 +45,6 @@ from ..stores.base import Store
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
-    from ..config import Config
     from ..format.signing import SigningKey
 
 JOURNAL = "capture.json"
@@ -262,22 +260,6 @@ def never_hydrated(dest: Path) -> CaptureError:
                         "then capture that same dir", path=str(dest))
 
 
-def capture_target(dest: Path, backend: str | None, config: Config | None = None) -> tuple[Path, str | None]:
-    """(the dest `dest` names, the backend it was hydrated for): `dest` may be the dest or one of its
-    toolchain dirs (destdir.resolve_dest); the backend comes from `backend`, else layout.json, else a flat
-    dest's state (None: the config's). A dest that is not there is one CaptureError."""
-    from ..hydration.destdir import backend_of, resolve_dest
-
-    top = resolve_dest(dest)
-    if not top.is_dir():
-        raise never_hydrated(top)
-    return top, backend or backend_of(top, needed=not _names_one_backend(config))
-
-
-def _names_one_backend(config: Config | None) -> bool:
-    return config is not None and len(config.backend_names()) == 1
-
-
 def open_dest(dest: Path, fingerprint: Fingerprint) -> State:
     """The dest's state, refusing a dir hydrate never filled or one of another toolchain."""
     state = load_state(dest) if dest.is_dir() else None
@@ -406,14 +388,4 @@ def _remove_tree(root: Path) -> None:
         os.rmdir(root)
 
 
-def require_publish_allowed(config: Config | None) -> None:
-    """Publishing captured sets is opt-in: every host of the toolchain runs what a serving host writes
-    back, so one compromised or buggy server could put code on the whole fleet."""
-    if config is None or not config.capture_publish:
-        where = f"{config.source} does not say" if config is not None else "no config given says"
-        raise UsageError(f"publishing captured sets is off: {where} `capture: publish`",
-                         "serving hosts report misses instead (report, then suggest, then the builder); a "
-                         "single-tenant fleet that accepts the risk sets `capture: publish` in its config")
-
-
-__all__ = ["CaptureReport", "capture", "captured_name", "require_publish_allowed", "scan", "settle"]
+__all__ = ["CaptureReport", "capture", "captured_name", "scan", "settle"]

@@ -23,8 +23,6 @@ from .models import Base, FingerprintModel, ManifestModel
 from .rows import CatalogRow, Claim, FingerprintRow, JobRow, RebuildReport
 from .settings import default_url
 
-M = ManifestModel
-F = FingerprintModel
 LOOKUP_CHUNK = 500   # names per IN (...): far below SQLite's and Postgres' parameter limits
 
 
@@ -137,8 +135,8 @@ class Catalog:
         found: dict[str, str] = {}
         with self._read() as conn:
             for i in range(0, len(wanted), LOOKUP_CHUNK):
-                query = select(M.name, M.digest).where(M.fingerprint_id == fingerprint_id,
-                                                       M.name.in_(wanted[i:i + LOOKUP_CHUNK]))
+                query = select(ManifestModel.name, ManifestModel.digest).where(
+                    ManifestModel.fingerprint_id == fingerprint_id, ManifestModel.name.in_(wanted[i:i + LOOKUP_CHUNK]))
                 found.update((name, digest) for name, digest in conn.execute(query))
         return found
 
@@ -149,7 +147,7 @@ class Catalog:
     def forget(self, digest: str) -> None:
         """Drop one manifest's row (the store object is untouched); an unknown digest is not an error."""
         with self._write() as conn:
-            conn.execute(delete(M).where(M.digest == digest))
+            conn.execute(delete(ManifestModel).where(ManifestModel.digest == digest))
 
     def forget_keys(self, keys: Iterable[str]) -> int:
         """Drop the rows of manifests deleted from the store (by store key), so the catalog follows the
@@ -157,22 +155,23 @@ class Catalog:
         todo, gone = list(keys), 0
         with self._write() as conn:
             for i in range(0, len(todo), LOOKUP_CHUNK):
-                gone += conn.execute(delete(M).where(M.key.in_(todo[i:i + LOOKUP_CHUNK]))).rowcount or 0
+                chunk = todo[i:i + LOOKUP_CHUNK]
+                gone += conn.execute(delete(ManifestModel).where(ManifestModel.key.in_(chunk))).rowcount or 0
         return gone
 
     def rebuild(self, store: Store) -> RebuildReport:
         """Make the catalog mirror `store`'s manifests: record new ones, drop rows whose object is gone."""
         found = rebuild.scan(store)
         with self._write() as conn:
-            existing = {digest: key for digest, key in conn.execute(select(M.digest, M.key))}
+            existing = {digest: key for digest, key in conn.execute(select(ManifestModel.digest, ManifestModel.key))}
             gone = [d for d in existing if d not in found.manifests]
             for i in range(0, len(gone), LOOKUP_CHUNK):
-                conn.execute(delete(M).where(M.digest.in_(gone[i:i + LOOKUP_CHUNK])))
+                conn.execute(delete(ManifestModel).where(ManifestModel.digest.in_(gone[i:i + LOOKUP_CHUNK])))
             new = [m for d, m in found.manifests.items() if d not in existing]
             for manifest in new:
                 _record(conn, manifest, store.url)
             # The catalog indexes one store: rows kept from before now point at this one.
-            conn.execute(update(M).where(M.store_url != store.url).values(store_url=store.url))
+            conn.execute(update(ManifestModel).where(ManifestModel.store_url != store.url).values(store_url=store.url))
         return RebuildReport(added=tuple(sorted(m.key for m in new)), removed=tuple(sorted(existing[d] for d in gone)),
                              invalid=found.invalid, unchanged=len(existing) - len(gone))
 
@@ -237,7 +236,8 @@ class Catalog:
         with self._read() as conn:
             for i in range(0, len(wanted), LOOKUP_CHUNK):
                 chunk = wanted[i:i + LOOKUP_CHUNK]
-                query = select(M.entry_key, M.fingerprint_id, M.build).where(M.entry_key.in_(chunk))
+                query = (select(ManifestModel.entry_key, ManifestModel.fingerprint_id, ManifestModel.build)
+                         .where(ManifestModel.entry_key.in_(chunk)))
                 for key, fp, build in conn.execute(query):
                     seconds = (build or {}).get("seconds")
                     if fp not in exclude_fingerprints and isinstance(seconds, int | float) and seconds > 0:
@@ -263,22 +263,24 @@ class Catalog:
 
 
 def find_query(fingerprint_id: str | None, backend: str | None, model: str | None, kind: str) -> Select[Any]:
-    return where_manifests(select(M), fingerprint_id, backend, model, kind).order_by(
-        M.fingerprint_id, M.backend, M.model, M.name)
+    return where_manifests(select(ManifestModel), fingerprint_id, backend, model, kind).order_by(
+        ManifestModel.fingerprint_id, ManifestModel.backend, ManifestModel.model, ManifestModel.name)
 
 
 def lookup_query(fingerprint_id: str, names: list[str]) -> Select[Any]:
-    return select(M).where(M.fingerprint_id == fingerprint_id, M.name.in_(names))
+    return select(ManifestModel).where(ManifestModel.fingerprint_id == fingerprint_id, ManifestModel.name.in_(names))
 
 
 def _fingerprints_query() -> Select[Any]:
-    entries = func.count(M.digest).filter(M.kind == KIND_ENTRY)
-    shared = func.count(M.digest).filter(M.kind == KIND_SHARED)
-    captured = func.count(M.digest).filter(M.kind == KIND_CAPTURED)
-    size = func.coalesce(func.sum(M.total_size), 0)
-    return (select(F.id, F.backend, F.fields, F.first_seen, entries.label("entries"), shared.label("shared"),
-                   captured.label("captured"), size.label("total_size"))
-            .outerjoin(M, M.fingerprint_id == F.id).group_by(F.id).order_by(F.id))
+    entries = func.count(ManifestModel.digest).filter(ManifestModel.kind == KIND_ENTRY)
+    shared = func.count(ManifestModel.digest).filter(ManifestModel.kind == KIND_SHARED)
+    captured = func.count(ManifestModel.digest).filter(ManifestModel.kind == KIND_CAPTURED)
+    size = func.coalesce(func.sum(ManifestModel.total_size), 0)
+    return (select(FingerprintModel.id, FingerprintModel.backend, FingerprintModel.fields, FingerprintModel.first_seen,
+                   entries.label("entries"), shared.label("shared"), captured.label("captured"),
+                   size.label("total_size"))
+            .outerjoin(ManifestModel, ManifestModel.fingerprint_id == FingerprintModel.id)
+            .group_by(FingerprintModel.id).order_by(FingerprintModel.id))
 
 
 # --- writes ------------------------------------------------------------------------------------------
@@ -287,15 +289,16 @@ def _fingerprints_query() -> Select[Any]:
 def _record(conn: Connection, manifest: Manifest, store_url: str) -> None:
     at = queue.now()
     fp = manifest.fingerprint
-    _insert_ignore(conn, F, {"id": fp.id, "backend": fp.backend, "fields": dict(fp.fields), "first_seen": at})
+    _insert_ignore(conn, FingerprintModel,
+                   {"id": fp.id, "backend": fp.backend, "fields": dict(fp.fields), "first_seen": at})
     # The store keeps one object per key; a re-published key (after gc) supersedes the old digest.
     conn.execute(_superseded(manifest))
-    _insert_ignore(conn, M, _manifest_values(manifest, store_url) | {"created_at": at})
+    _insert_ignore(conn, ManifestModel, _manifest_values(manifest, store_url) | {"created_at": at})
 
 
 def _superseded(manifest: Manifest) -> Delete:
-    return delete(M).where(M.fingerprint_id == manifest.fingerprint.id, M.name == manifest.name,
-                           M.digest != manifest.digest)
+    return delete(ManifestModel).where(ManifestModel.fingerprint_id == manifest.fingerprint.id,
+                                       ManifestModel.name == manifest.name, ManifestModel.digest != manifest.digest)
 
 
 def _insert_ignore(conn: Connection, model: type[Base], values: dict[str, Any]) -> None:

@@ -46,15 +46,15 @@ def where_manifests(query: Select[Any], fingerprint_id: str | None, backend: str
                     kind: str) -> Select[Any]:
     """The filters `Catalog.find` applies (the same as `ls`'s, in SQLAlchemy terms): one kind, optionally
     one toolchain, backend and model."""
-    from .models import ManifestModel as M
+    from .models import ManifestModel
 
-    query = query.where(M.kind == kind)
+    query = query.where(ManifestModel.kind == kind)
     if fingerprint_id is not None:
-        query = query.where(M.fingerprint_id == fingerprint_id)
+        query = query.where(ManifestModel.fingerprint_id == fingerprint_id)
     if backend is not None:
-        query = query.where(M.backend == backend)
+        query = query.where(ManifestModel.backend == backend)
     if model is not None:
-        query = query.where(M.model == model)
+        query = query.where(ManifestModel.model == model)
     return query
 
 

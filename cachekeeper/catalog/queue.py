@@ -24,7 +24,6 @@ from sqlalchemy.dialects import postgresql, sqlite
 from .models import JOB_STATUSES, BuildJobModel
 from .rows import Claim, JobRow
 
-J = BuildJobModel
 ERROR_TAIL = 8000   # characters of a failure's log kept in last_error
 CHUNK = 500         # keys per IN (...): far below SQLite's and Postgres' parameter limits
 
@@ -53,9 +52,9 @@ def enqueue(conn: Connection, jobs: Iterable[tuple[str, str, str]]) -> int:
         return 0
     rows = [{"fingerprint_id": fp, "entry_key": key, "spec": payload, "status": "pending", "attempts": 0,
              "updated_at": at} for (fp, key), payload in unique.items()]
-    ins = (postgresql.insert(J) if conn.dialect.name == "postgresql" else sqlite.insert(J))
+    ins = (postgresql.insert(BuildJobModel) if conn.dialect.name == "postgresql" else sqlite.insert(BuildJobModel))
     # RETURNING lists only the rows actually inserted; existing jobs (any status) stay as they are.
-    stmt = ins.on_conflict_do_nothing().returning(J.entry_key)
+    stmt = ins.on_conflict_do_nothing().returning(BuildJobModel.entry_key)
     return len(conn.execute(stmt, rows).all())
 
 
@@ -70,8 +69,10 @@ def requeue(conn: Connection, keys: Iterable[tuple[str, str]]) -> int:
     for fp, wanted in sorted(by_fp.items()):
         ordered = sorted(wanted)
         for i in range(0, len(ordered), CHUNK):   # one statement per chunk, not one per job
-            res = conn.execute(update(J).where(J.fingerprint_id == fp, J.entry_key.in_(ordered[i:i + CHUNK]),
-                                               J.status.in_(("done", "failed")))
+            res = conn.execute(update(BuildJobModel)
+                               .where(BuildJobModel.fingerprint_id == fp,
+                                      BuildJobModel.entry_key.in_(ordered[i:i + CHUNK]),
+                                      BuildJobModel.status.in_(("done", "failed")))
                                .values(status="pending", lease_expires_at=None, updated_at=at))
             n += res.rowcount
     return n
@@ -109,15 +110,18 @@ def reap_local(conn: Connection, host: str, alive: Callable[[int], bool] = pid_a
     """Jobs held by a process on this host that is gone (SIGKILL, a crash, an OOM kill) go back to pending
     now: waiting out their lease would make the next run on this host report its own dead claims as
     "still being built". Fenced like `fail`: only the row as that holder left it."""
-    rows = conn.execute(select(J.fingerprint_id, J.entry_key, J.attempts, J.holder_pid)
-                        .where(J.status == "running", J.holder_host == host, J.holder_pid.is_not(None))).all()
+    rows = conn.execute(select(BuildJobModel.fingerprint_id, BuildJobModel.entry_key, BuildJobModel.attempts,
+                               BuildJobModel.holder_pid)
+                        .where(BuildJobModel.status == "running", BuildJobModel.holder_host == host,
+                               BuildJobModel.holder_pid.is_not(None))).all()
     n = 0
     for r in rows:
         if alive(int(r.holder_pid)):
             continue
-        res = conn.execute(update(J).where(_pk(r.fingerprint_id, r.entry_key), J.status == "running",
-                                           J.attempts == r.attempts, J.holder_host == host,
-                                           J.holder_pid == r.holder_pid)
+        res = conn.execute(update(BuildJobModel)
+                           .where(_pk(r.fingerprint_id, r.entry_key), BuildJobModel.status == "running",
+                                  BuildJobModel.attempts == r.attempts, BuildJobModel.holder_host == host,
+                                  BuildJobModel.holder_pid == r.holder_pid)
                            .values(status="pending", lease_expires_at=None, updated_at=now(),
                                    last_error=f"its worker (pid {r.holder_pid} on this host) is gone"))
         n += res.rowcount
@@ -129,20 +133,23 @@ def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | N
     host = host_identity()
     reap_local(conn, host)
     at = clock(conn)
-    claimable = or_(J.status == "pending", (J.status == "running") & (J.lease_expires_at < at))
-    query = select(J.fingerprint_id, J.entry_key, J.attempts, J.spec).where(claimable)
+    claimable = or_(BuildJobModel.status == "pending",
+                    (BuildJobModel.status == "running") & (BuildJobModel.lease_expires_at < at))
+    query = (select(BuildJobModel.fingerprint_id, BuildJobModel.entry_key, BuildJobModel.attempts, BuildJobModel.spec)
+             .where(claimable))
     if fingerprint_id is not None:
-        query = query.where(J.fingerprint_id == fingerprint_id)
+        query = query.where(BuildJobModel.fingerprint_id == fingerprint_id)
     if exclude:   # jobs this worker already refused (a payload of another version)
-        query = query.where(J.entry_key.not_in(sorted(exclude)))
+        query = query.where(BuildJobModel.entry_key.not_in(sorted(exclude)))
     # Fewest attempts first, so a job that keeps failing does not starve the rest.
-    query = query.order_by(J.attempts, J.updated_at).limit(1).with_for_update(skip_locked=True)
+    query = (query.order_by(BuildJobModel.attempts, BuildJobModel.updated_at).limit(1)
+             .with_for_update(skip_locked=True))
     row = conn.execute(query).first()
     if row is None:
         return None
     expires = at + timedelta(seconds=lease_s)
     attempts = row.attempts + 1
-    conn.execute(update(J).where(_pk(row.fingerprint_id, row.entry_key))
+    conn.execute(update(BuildJobModel).where(_pk(row.fingerprint_id, row.entry_key))
                  .values(status="running", worker=worker, lease_expires_at=expires, attempts=attempts,
                          updated_at=at, holder_host=host, holder_pid=os.getpid()))
     return Claim(row.fingerprint_id, row.entry_key, row.spec, worker, attempts, expires)
@@ -150,48 +157,49 @@ def claim(conn: Connection, worker: str, lease_s: float, fingerprint_id: str | N
 
 def renew(conn: Connection, c: Claim, lease_s: float) -> bool:
     at = clock(conn)
-    res = conn.execute(update(J).where(_held(c)).values(lease_expires_at=at + timedelta(seconds=lease_s),
+    res = conn.execute(update(BuildJobModel).where(_held(c)).values(lease_expires_at=at + timedelta(seconds=lease_s),
                                                          updated_at=at))
     return res.rowcount == 1
 
 
 def finish(conn: Connection, c: Claim, manifest_digest: str) -> None:
     # Not fenced: the manifest is published whoever held the lease last, so the job is done either way.
-    conn.execute(update(J).where(_pk(c.fingerprint_id, c.entry_key), J.status != "done")
+    conn.execute(update(BuildJobModel).where(_pk(c.fingerprint_id, c.entry_key), BuildJobModel.status != "done")
                  .values(status="done", worker=c.worker, lease_expires_at=None, manifest_digest=manifest_digest,
                          updated_at=now()))
 
 
 def fail(conn: Connection, c: Claim, error: str, retry: bool) -> bool:
     """False when the lease was lost: the current holder decides the job's fate, not us."""
-    res = conn.execute(update(J).where(_held(c))
+    res = conn.execute(update(BuildJobModel).where(_held(c))
                        .values(status="pending" if retry else "failed", lease_expires_at=None,
                                last_error=error[-ERROR_TAIL:], updated_at=now()))
     return res.rowcount == 1
 
 
 def counts(conn: Connection, fingerprint_id: str | None) -> dict[str, int]:
-    query = select(J.status, func.count()).group_by(J.status)
+    query = select(BuildJobModel.status, func.count()).group_by(BuildJobModel.status)
     if fingerprint_id is not None:
-        query = query.where(J.fingerprint_id == fingerprint_id)
+        query = query.where(BuildJobModel.fingerprint_id == fingerprint_id)
     result = dict.fromkeys(JOB_STATUSES, 0)
     result.update({status: n for status, n in conn.execute(query)})
     return result
 
 
 def jobs(conn: Connection, fingerprint_id: str | None, status: str | None) -> list[JobRow]:
-    query = select(J).order_by(J.fingerprint_id, J.entry_key)
+    query = select(BuildJobModel).order_by(BuildJobModel.fingerprint_id, BuildJobModel.entry_key)
     if fingerprint_id is not None:
-        query = query.where(J.fingerprint_id == fingerprint_id)
+        query = query.where(BuildJobModel.fingerprint_id == fingerprint_id)
     if status is not None:
-        query = query.where(J.status == status)
+        query = query.where(BuildJobModel.status == status)
     return [_job_row(r) for r in conn.execute(query)]
 
 
 def states(conn: Connection, fingerprint_id: str, keys: list[str]) -> list[JobRow]:
     """The jobs of these entry keys (one chunk: the caller keeps `keys` short)."""
-    return [_job_row(r) for r in conn.execute(select(J).where(J.fingerprint_id == fingerprint_id,
-                                                             J.entry_key.in_(keys)))]
+    query = select(BuildJobModel).where(BuildJobModel.fingerprint_id == fingerprint_id,
+                                        BuildJobModel.entry_key.in_(keys))
+    return [_job_row(r) for r in conn.execute(query)]
 
 
 def _job_row(r: Row[Any]) -> JobRow:
@@ -201,9 +209,9 @@ def _job_row(r: Row[Any]) -> JobRow:
 
 
 def _pk(fingerprint_id: str, entry_key: str) -> Any:
-    return (J.fingerprint_id == fingerprint_id) & (J.entry_key == entry_key)
+    return (BuildJobModel.fingerprint_id == fingerprint_id) & (BuildJobModel.entry_key == entry_key)
 
 
 def _held(c: Claim) -> Any:
-    return _pk(c.fingerprint_id, c.entry_key) & (J.status == "running") & (J.worker == c.worker) & (
-        J.attempts == c.attempts)
+    return (_pk(c.fingerprint_id, c.entry_key) & (BuildJobModel.status == "running")
+            & (BuildJobModel.worker == c.worker) & (BuildJobModel.attempts == c.attempts))

@@ -26,13 +26,10 @@ from .rows import EntryCost
 if TYPE_CHECKING:
     from .catalog import Catalog
 
-M = ManifestModel
-F = FingerprintModel
-J = BuildJobModel
 STATUSES = ("built", "missing", "captured")
 # Matrix cells are manifests with a spec (entries). A captured set (runtime compiles a serving host wrote
 # back) has no spec, hence no shape: the matrix shows it as one row per toolchain (`fingerprint_detail`).
-SPECCED = M.model.is_not(None)
+SPECCED = ManifestModel.model.is_not(None)
 
 
 @contextlib.contextmanager
@@ -43,8 +40,13 @@ def reading(catalog: Catalog) -> Iterator[Connection]:
 
 
 def _seconds() -> ColumnElement[Any]:
-    seconds: ColumnElement[Any] = M.build["seconds"].as_float()
+    seconds: ColumnElement[Any] = ManifestModel.build["seconds"].as_float()
     return seconds
+
+
+# What `_label` reads from a row.
+_LABEL_COLUMNS = (ManifestModel.model, ManifestModel.component, ManifestModel.backend, ManifestModel.mode,
+                  ManifestModel.height, ManifestModel.width, ManifestModel.batch, ManifestModel.dtype)
 
 
 def _label(r: Any) -> str:
@@ -55,14 +57,15 @@ def _label(r: Any) -> str:
 
 
 def fingerprint_ids(conn: Connection, prefix: str = "") -> list[str]:
-    query = select(F.id).order_by(F.id)
+    query = select(FingerprintModel.id).order_by(FingerprintModel.id)
     if prefix:
-        query = query.where(F.id.startswith(prefix, autoescape=True))
+        query = query.where(FingerprintModel.id.startswith(prefix, autoescape=True))
     return list(conn.scalars(query))
 
 
 def fingerprint(conn: Connection, fp_id: str) -> Fingerprint | None:
-    row = conn.execute(select(F.backend, F.fields).where(F.id == fp_id)).first()
+    query = select(FingerprintModel.backend, FingerprintModel.fields).where(FingerprintModel.id == fp_id)
+    row = conn.execute(query).first()
     return Fingerprint.of(row.backend, row.fields) if row else None
 
 
@@ -71,20 +74,21 @@ def fingerprint(conn: Connection, fp_id: str) -> Fingerprint | None:
 
 def entries_only_in(conn: Connection, a_id: str, b_id: str) -> list[EntryCost]:
     """Entries built for toolchain `a_id` that `b_id` lacks (an anti-join on the (fingerprint, name) index)."""
-    other = aliased(M)
-    lacks = ~select(other.digest).where(other.fingerprint_id == b_id, other.name == M.name).exists()
-    query = (select(M.name, M.model, M.component, M.backend, M.mode, M.height, M.width, M.batch, M.dtype,
-                    M.total_size, _seconds().label("seconds"))
-             .where(M.fingerprint_id == a_id, M.kind == KIND_ENTRY, lacks)
-             .order_by(M.model, M.component, M.mode, M.height, M.width, M.batch, M.dtype, M.name))
+    other = aliased(ManifestModel)
+    lacks = ~select(other.digest).where(other.fingerprint_id == b_id, other.name == ManifestModel.name).exists()
+    query = (select(ManifestModel.name, *_LABEL_COLUMNS, ManifestModel.total_size, _seconds().label("seconds"))
+             .where(ManifestModel.fingerprint_id == a_id, ManifestModel.kind == KIND_ENTRY, lacks)
+             .order_by(ManifestModel.model, ManifestModel.component, ManifestModel.mode, ManifestModel.height,
+                       ManifestModel.width, ManifestModel.batch, ManifestModel.dtype, ManifestModel.name))
     return [EntryCost(r.name, _label(r), int(r.total_size), None if r.seconds is None else float(r.seconds))
             for r in conn.execute(query)]
 
 
 def holders(conn: Connection, name: str) -> list[Fingerprint]:
     """Every toolchain that has entry `name` built."""
-    query = (select(F.backend, F.fields).join(M, M.fingerprint_id == F.id)
-             .where(M.name == name, M.kind == KIND_ENTRY).order_by(F.id))
+    query = (select(FingerprintModel.backend, FingerprintModel.fields)
+             .join(ManifestModel, ManifestModel.fingerprint_id == FingerprintModel.id)
+             .where(ManifestModel.name == name, ManifestModel.kind == KIND_ENTRY).order_by(FingerprintModel.id))
     return [Fingerprint.of(r.backend, r.fields) for r in conn.execute(query)]
 
 
@@ -141,20 +145,20 @@ def _cell_status(entries: int, here: int, built: int, captured: int) -> CellStat
 
 
 def _row_filter(f: MatrixFilter) -> list[ColumnElement[bool]]:
-    cond = [M.backend == f.backend, M.kind != KIND_SHARED, SPECCED]
-    for column, value in ((M.model, f.model), (M.mode, f.mode), (M.dtype, f.dtype)):
+    cond = [ManifestModel.backend == f.backend, ManifestModel.kind != KIND_SHARED, SPECCED]
+    for column, value in ((ManifestModel.model, f.model), (ManifestModel.mode, f.mode), (ManifestModel.dtype, f.dtype)):
         if value is not None:
             cond.append(column == value)
     return cond
 
 
 def _aggregates(fp_id: str) -> dict[str, ColumnElement[Any]]:
-    here = M.fingerprint_id == fp_id
+    here = ManifestModel.fingerprint_id == fp_id
     return {
-        "entries": func.count(func.distinct(M.name)),
+        "entries": func.count(func.distinct(ManifestModel.name)),
         "here": func.count(case((here, 1))),
-        "built": func.count(case((and_(here, M.kind != KIND_CAPTURED), 1))),
-        "captured": func.count(case((and_(here, M.kind == KIND_CAPTURED), 1))),
+        "built": func.count(case((and_(here, ManifestModel.kind != KIND_CAPTURED), 1))),
+        "captured": func.count(case((and_(here, ManifestModel.kind == KIND_CAPTURED), 1))),
     }
 
 
@@ -162,14 +166,16 @@ def _models(conn: Connection, f: MatrixFilter) -> list[str]:
     """The models the matrix pages over. Unfiltered, an index-only scan of (backend, model); a status,
     mode or dtype filter aggregates the backend's rows per model instead (slower, still one query)."""
     if f.status is None and f.mode is None and f.dtype is None:
-        query = select(M.model).where(M.backend == f.backend, SPECCED).distinct().order_by(M.model)
+        query = (select(ManifestModel.model).where(ManifestModel.backend == f.backend, SPECCED).distinct()
+                 .order_by(ManifestModel.model))
         if f.model is not None:
-            query = query.where(M.model == f.model)
+            query = query.where(ManifestModel.model == f.model)
         return [str(m) for m in conn.scalars(query)]
     agg = _aggregates(f.fingerprint_id)
     having = {"built": agg["built"] > 0, "missing": agg["entries"] > agg["here"],
               "captured": agg["captured"] > 0}.get(f.status or "")
-    grouped = select(M.model).where(*_row_filter(f)).group_by(M.model).order_by(M.model)
+    grouped = (select(ManifestModel.model).where(*_row_filter(f)).group_by(ManifestModel.model)
+               .order_by(ManifestModel.model))
     return [str(m) for m in conn.scalars(grouped if having is None else grouped.having(having))]
 
 
@@ -181,13 +187,14 @@ def matrix(conn: Connection, f: MatrixFilter) -> Matrix:
     if not page:
         return Matrix((), (), has_next=False)
     agg = _aggregates(f.fingerprint_id)
-    here = M.fingerprint_id == f.fingerprint_id
-    keys = (M.model, M.component, M.mode, M.dtype)
-    cells_q = (select(*keys, M.height, M.width, M.batch, *[a.label(n) for n, a in agg.items()],
-                      func.sum(case((here, M.total_size))).label("size"),
+    here = ManifestModel.fingerprint_id == f.fingerprint_id
+    keys = (ManifestModel.model, ManifestModel.component, ManifestModel.mode, ManifestModel.dtype)
+    dims = (ManifestModel.height, ManifestModel.width, ManifestModel.batch)
+    cells_q = (select(*keys, *dims, *[a.label(n) for n, a in agg.items()],
+                      func.sum(case((here, ManifestModel.total_size))).label("size"),
                       func.sum(case((here, _seconds()))).label("seconds"))
-               .where(*_row_filter(f), M.model.in_(page))
-               .group_by(*keys, M.height, M.width, M.batch))
+               .where(*_row_filter(f), ManifestModel.model.in_(page))
+               .group_by(*keys, *dims))
     cells: dict[tuple[str, str, str, str], dict[str, Cell]] = {}
     shapes: set[tuple[int, int, int]] = set()
     for r in conn.execute(cells_q):
@@ -220,9 +227,11 @@ def fingerprint_detail(conn: Connection, fp_id: str) -> FingerprintDetail:
     """One toolchain's manifests by kind, and its entries' modes and dtypes: one range of the
     (fingerprint_id, name) index, grouped (no scan of other toolchains' rows)."""
     rows = conn.execute(
-        select(M.kind, M.mode, M.dtype, func.count().label("n"), func.coalesce(func.sum(M.total_size), 0).label("size"),
-               func.max(M.created_at).label("latest"))
-        .where(M.fingerprint_id == fp_id).group_by(M.kind, M.mode, M.dtype)).all()
+        select(ManifestModel.kind, ManifestModel.mode, ManifestModel.dtype, func.count().label("n"),
+               func.coalesce(func.sum(ManifestModel.total_size), 0).label("size"),
+               func.max(ManifestModel.created_at).label("latest"))
+        .where(ManifestModel.fingerprint_id == fp_id)
+        .group_by(ManifestModel.kind, ManifestModel.mode, ManifestModel.dtype)).all()
 
     def total(kind: str, column: str = "n") -> int:
         return sum(int(getattr(r, column)) for r in rows if r.kind == kind)
@@ -239,7 +248,8 @@ def fingerprint_detail(conn: Connection, fp_id: str) -> FingerprintDetail:
 def filter_choices(conn: Connection, backend: str, detail: FingerprintDetail) -> dict[str, list[str]]:
     """What the filter drop-downs offer: the backend's models (an index-only scan), the chosen
     toolchain's modes and dtypes (from its detail): no full scan on the first view."""
-    models = conn.scalars(select(M.model).where(M.backend == backend, SPECCED).distinct().order_by(M.model))
+    models = conn.scalars(select(ManifestModel.model).where(ManifestModel.backend == backend, SPECCED).distinct()
+                          .order_by(ManifestModel.model))
     return {"model": [str(m) for m in models], "mode": list(detail.modes), "dtype": list(detail.dtypes)}
 
 
@@ -273,18 +283,21 @@ class QueueView:
 
 
 def queue_view(conn: Connection, limit: int = 50) -> QueueView:
-    counts = {s: n for s, n in conn.execute(select(J.status, func.count()).group_by(J.status))}
+    by_status = select(BuildJobModel.status, func.count()).group_by(BuildJobModel.status)
+    counts = {s: n for s, n in conn.execute(by_status)}
     at = now()
-    jobs_q = (select(J).where(J.status.in_(("running", "pending")))
-              .order_by(case((J.status == "running", 0), else_=1), J.lease_expires_at, J.updated_at).limit(limit))
+    jobs_q = (select(BuildJobModel).where(BuildJobModel.status.in_(("running", "pending")))
+              .order_by(case((BuildJobModel.status == "running", 0), else_=1), BuildJobModel.lease_expires_at,
+                        BuildJobModel.updated_at).limit(limit))
     active = tuple(JobView(r.fingerprint_id, r.entry_key, r.status, r.worker, r.attempts,
                            aware(r.lease_expires_at) if r.lease_expires_at else None,
                            (aware(r.lease_expires_at) - at).total_seconds() if r.lease_expires_at else None,
                            aware(r.updated_at))
                    for r in conn.execute(jobs_q))
-    workers_q = (select(J.worker, func.count().label("running"), func.max(J.lease_expires_at).label("lease"))
-                 .where(J.status == "running", J.worker.is_not(None)).group_by(J.worker).order_by(J.worker)
-                 .limit(limit))
+    workers_q = (select(BuildJobModel.worker, func.count().label("running"),
+                        func.max(BuildJobModel.lease_expires_at).label("lease"))
+                 .where(BuildJobModel.status == "running", BuildJobModel.worker.is_not(None))
+                 .group_by(BuildJobModel.worker).order_by(BuildJobModel.worker).limit(limit))
     workers = tuple(WorkerView(r.worker, r.running, aware(r.lease) if r.lease else None)
                     for r in conn.execute(workers_q))
     return QueueView(counts, active, workers)
@@ -304,11 +317,11 @@ class Publish:
 def recent_publishes(conn: Connection, fp_id: str | None = None, limit: int = 20) -> list[Publish]:
     """The latest manifests, of one toolchain (a range of its index) or of all (a full scan: there is no
     index on created_at)."""
-    query = (select(M.fingerprint_id, M.name, M.kind, M.model, M.component, M.backend, M.mode, M.height,
-                    M.width, M.batch, M.dtype, M.total_size, M.created_at, _seconds().label("seconds"))
-             .order_by(M.created_at.desc(), M.name).limit(limit))
+    query = (select(ManifestModel.fingerprint_id, ManifestModel.name, ManifestModel.kind, *_LABEL_COLUMNS,
+                    ManifestModel.total_size, ManifestModel.created_at, _seconds().label("seconds"))
+             .order_by(ManifestModel.created_at.desc(), ManifestModel.name).limit(limit))
     if fp_id is not None:
-        query = query.where(M.fingerprint_id == fp_id)
+        query = query.where(ManifestModel.fingerprint_id == fp_id)
     return [Publish(r.fingerprint_id, r.name, r.kind, _label(r) if r.model else r.name, int(r.total_size),
                     None if r.seconds is None else float(r.seconds), aware(r.created_at))
             for r in conn.execute(query)]
@@ -317,9 +330,10 @@ def recent_publishes(conn: Connection, fp_id: str | None = None, limit: int = 20
 def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
     """Per toolchain: backend, manifests and captured sets, counted on the (fingerprint_id, name) index
     alone (captured sets are named captured/<hash>): no table scan on the first view."""
-    backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
-    captured = func.count(case((M.name.startswith(CAPTURED_DIR, autoescape=True), 1)))
-    counts = conn.execute(select(M.fingerprint_id, func.count(), captured).group_by(M.fingerprint_id)).all()
+    backends = _backends(conn)
+    captured = func.count(case((ManifestModel.name.startswith(CAPTURED_DIR, autoescape=True), 1)))
+    counts = conn.execute(select(ManifestModel.fingerprint_id, func.count(), captured)
+                          .group_by(ManifestModel.fingerprint_id)).all()
     found = {fp_id: (int(n), int(c)) for fp_id, n, c in counts}
     return [{"id": fp_id, "backend": backend, "manifests": found.get(fp_id, (0, 0))[0],
              "captured": found.get(fp_id, (0, 0))[1]} for fp_id, backend in sorted(backends.items())]
@@ -328,13 +342,21 @@ def fingerprint_summaries(conn: Connection) -> list[dict[str, Any]]:
 def metric_counts(conn: Connection) -> tuple[list[dict[str, Any]], dict[str, int], int]:
     """The dashboard's /metrics (observability/metrics.py): per toolchain its backend, prebuilt entries and
     captured sets (by manifest kind); queue jobs by status; running jobs whose lease has expired."""
-    backends = {fp_id: backend for fp_id, backend in conn.execute(select(F.id, F.backend))}
-    kinds = conn.execute(select(M.fingerprint_id, func.count(case((M.kind == KIND_ENTRY, 1))),
-                                func.count(case((M.kind == KIND_CAPTURED, 1)))).group_by(M.fingerprint_id)).all()
+    backends = _backends(conn)
+    kinds = conn.execute(select(ManifestModel.fingerprint_id, func.count(case((ManifestModel.kind == KIND_ENTRY, 1))),
+                                func.count(case((ManifestModel.kind == KIND_CAPTURED, 1))))
+                         .group_by(ManifestModel.fingerprint_id)).all()
     found = {fp_id: (int(e), int(c)) for fp_id, e, c in kinds}
     toolchains = [{"id": fp_id, "backend": backend, "entries": found.get(fp_id, (0, 0))[0],
                    "captured": found.get(fp_id, (0, 0))[1]} for fp_id, backend in sorted(backends.items())]
-    queue = {str(s): int(n) for s, n in conn.execute(select(J.status, func.count()).group_by(J.status))}
+    queue = {str(s): int(n) for s, n in conn.execute(select(BuildJobModel.status, func.count())
+                                                      .group_by(BuildJobModel.status))}
     at = clock(conn)   # the time the queue compares leases by (the database's on Postgres)
-    expired = conn.execute(select(func.count()).where(J.status == "running", J.lease_expires_at < at)).scalar()
+    expired = conn.execute(select(func.count()).where(BuildJobModel.status == "running",
+                                                      BuildJobModel.lease_expires_at < at)).scalar()
     return toolchains, queue, int(expired or 0)
+
+
+def _backends(conn: Connection) -> dict[str, str]:
+    """Every toolchain's backend, by fingerprint id."""
+    return {fp_id: backend for fp_id, backend in conn.execute(select(FingerprintModel.id, FingerprintModel.backend))}

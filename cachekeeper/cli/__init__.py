@@ -119,19 +119,21 @@ def usage_message(exc: click.UsageError) -> str:
 def _register() -> None:
     """Attach every command. Each module imports only click at the top (heavy libraries inside its
     commands), so registering them all costs `cachekeeper hydrate` nothing it would notice."""
-    from . import store_admin  # noqa: F401  (show, verify and gc attach themselves to `cli`)
     from .boot import env, hydrate, lock
     from .build import keygen, prebuild, validate
     from .capture import capture
     from .compare import diff, explain
     from .db import catalog, db
     from .inspect import coverage, dashboard, ls_, stats
+    from .store_admin import gc as store_gc
+    from .store_admin import show, verify
     from .traffic import report, suggest
 
     for command in (prebuild, validate, keygen,          # build side
                     hydrate, lock, env, capture,         # boot side
                     report, suggest,                     # traffic: miss reports and what to prebuild
                     ls_, stats, coverage, diff, explain, dashboard,   # inspection
+                    show, verify, store_gc,               # the store: read it, check it, collect it
                     db, catalog):                         # catalog upkeep
         cli.add_command(command)
     from .doctor import doctor  # a broken module of our own must fail loudly, not drop its command

@@ -254,23 +254,13 @@ def _warning(report: HydrateReport, explained: list[dict[str, Any]] | str | None
 def lock(config_path: str, backend: str | None, models: tuple[str, ...], device: str | None,
          pairs: tuple[str, ...], store_url: str | None, output: str) -> None:
     """Pin the exact manifests this host's toolchain would hydrate into a lockfile."""
-    from ..errors import NothingToHydrate
-    from ..hydration.resolve import Pin, fetch_manifests, with_shared, write_lockfile
-    from ..presence import look_up
+    from ..hydration.resolve import lock_entries
 
     config = required_config(config_path)
     tc = toolchain(config, backend, pairs, device)
-    fp = tc.fingerprint
-    keys = [e.spec.key for e in config.entries({tc.name}, set(models) or None)]
     with opened_store(store_url, config) as store:
-        # One listing says what is built; only those manifests are read (no GET that would 404).
-        presence = look_up(fp.id, keys, store=store)
-        found, gone = fetch_manifests(store, fp, [Pin(k) for k in presence.built])
-        if not found:
-            raise NothingToHydrate(f"{store.url} has no entries of this config for toolchain {fp.id}",
-                                   url=store.url, fingerprint=fp.id)
-        write_lockfile(Path(output), tc.name, fp, with_shared(store, fp, found), store.url)
-    say(f"lock: {len(found)} entries pinned ({len(presence.missing) + len(gone)} not built) -> {output}")
+        locked = lock_entries(Path(output), config, tc, store, models)
+    say(f"lock: {locked.pinned} entries pinned ({locked.not_built} not built) -> {output}")
 
 
 def render(exports: dict[str, str], fmt: str) -> str:

@@ -5,23 +5,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from .. import bounds, settings
-from .options import (
-    catalog_option,
-    json_option,
-    load_config,
-    needs,
-    number,
-    open_catalog,
-    say,
-    store_option,
-    toolchain,
-)
+from .options import backend_pairs, catalog_option, json_option, needs, number, say, store_option
 
 if TYPE_CHECKING:
     from ..captures.capture import CaptureReport
@@ -52,11 +41,8 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
     """List the files the runtime added to a hydrated DEST since hydrate (those its state file does not
     name); with --publish, write them back as a captured set that the next hydrate on a host of this
     toolchain includes."""
-    from ..captures.capture import capture as run
-    from ..captures.capture import capture_target, require_publish_allowed
+    from ..captures.resolve import capture_rounds, resolve_capture
     from ..errors import UsageError
-    from ..hydration.destdir import served_dir
-    from ..hydration.request import store_on_demand
 
     if watch is not None and not publish:
         raise UsageError("--watch needs --publish")
@@ -64,25 +50,10 @@ def capture(dest: str, config_path: str | None, backend: str | None, device: str
         needs(flag, "publish")
     if nice:
         os.nice(nice)
-    config = load_config(config_path)
-    if publish:
-        require_publish_allowed(config)
-    top, backend = capture_target(Path(dest), backend, config)
-    tc = toolchain(config, backend, pairs, device)
-    dest = str(served_dir(top, tc.fingerprint.id))
-    signing_key = None
-    if publish and sign_key:
-        from ..format.signing import SigningKey
-        signing_key = SigningKey.load(Path(sign_key))
-    # The same default catalog as prebuild's, so `ls --captured`, `stats` and `coverage` see what the next
-    # hydrate pulls; an index that cannot be updated is a warning (the store already holds the set).
-    catalog_fn = (lambda: open_catalog(catalog_url, config)) if publish else None
-    with store_on_demand(store_url, config) as store_fn:   # one store for every round, closed at the end
-
-        def once() -> CaptureReport:
-            return run(Path(dest), tc.fingerprint, tc.backend.include, open_store=store_fn if publish else None,
-                       settle_s=settle, lock_timeout=lock_timeout, signing_key=signing_key, catalog=catalog_fn)
-
+    req = resolve_capture(dest, config=config_path, backend=backend, device=device, options=backend_pairs(pairs),
+                          publish=publish, store_url=store_url, catalog_url=catalog_url, sign_key=sign_key or None,
+                          settle_s=settle, lock_timeout=lock_timeout)
+    with capture_rounds(req) as once:   # one store for every round, closed at the end
         if watch is None:
             _show(once(), publish, as_json)
         else:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import bounds
-from . import cli
 from .options import (
     catalog_option,
     excludes,
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from ..stores.base import Store
 
 
-@cli.command()
+@click.command()
 @click.argument("key")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="the manifest on one line (default: indented JSON)")
@@ -60,7 +59,7 @@ def _manifest_at(store: Store, key: str) -> str:
     return found[0].key
 
 
-@cli.command()
+@click.command()
 @store_option
 @catalog_option
 @click.option("--deep", is_flag=True, help="download and hash every blob (slow)")
@@ -94,7 +93,7 @@ def verify(store_url: str | None, catalog_url: str | None, deep: bool, repair: b
         sys.exit(1)
 
 
-@cli.command()
+@click.command()
 @store_option
 @catalog_option
 @click.option("--drop", "drop", multiple=True, metavar="FINGERPRINT", help="also delete this toolchain's manifests")

@@ -23,9 +23,6 @@ class MatrixEntry:
     model: ModelRef
 
 
-# The first name, kept for importers (plugins, scripts): nothing about an entry is planned.
-
-
 @dataclass(frozen=True)
 class ModelMatrix:
     """One model and the matrix it is built for (top-level defaults merged with per-model overrides)."""
@@ -118,8 +115,6 @@ class Config:
     def backend_options_for(self, backend: str) -> dict[str, str]:
         """The backend's `backend_options` (toolchain settings that feed its fingerprint), as a copy."""
         return dict(self.backend_options.get(backend, {}))
-
-    # The first name; "options" alone also means entry key options (EntrySpec.options) and CLI options.
 
     def model_names(self) -> list[str]:
         return [m.model.name for m in self.models]

@@ -73,7 +73,7 @@ class FetchStats:
         return self.timed_out or bool(self.failed)
 
 
-class _Run:
+class _FetchContext:
     """What the workers of one execute() share: the store, the budget, and what they placed."""
 
     def __init__(self, store: Store, deadline: Deadline, tag: str | None, durable: bool = True) -> None:
@@ -114,7 +114,7 @@ class _Run:
                   deadline=self.deadline)
 
 
-def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what: str, *,
+def _verified_commit(run: _FetchContext, p: Placement, out: AtomicFile, actual: str, what: str, *,
                      wait: bool = False) -> None:
     """Refuse wrong bytes at once; hand right ones to the committers (fsync, rename, record), so this
     worker goes back to its stream. `wait`: placed before returning (its copies read it back)."""
@@ -127,7 +127,7 @@ def _verified_commit(run: _Run, p: Placement, out: AtomicFile, actual: str, what
         run.committer.submit(p, out)
 
 
-def _copy_placed(run: _Run, src: Placement, p: Placement) -> None:
+def _copy_placed(run: _FetchContext, src: Placement, p: Placement) -> None:
     """The same bytes at another path (identical files share a blob): copied locally, re-verified."""
     out = run.open(p)
     h = hashlib.sha256()
@@ -142,7 +142,7 @@ def _copy_placed(run: _Run, src: Placement, p: Placement) -> None:
     _verified_commit(run, p, out, h.hexdigest(), "copy")
 
 
-def _fetch_single(run: _Run, digest: str, size: int, members: list[Placement]) -> None:
+def _fetch_single(run: _FetchContext, digest: str, size: int, members: list[Placement]) -> None:
     first, *rest = members
     out = run.open(first)
     h = hashlib.sha256()
@@ -170,7 +170,7 @@ class _Parts:
     part that is now contiguous from the front (read back from the page cache), one hasher at a time.
     Only what the last part adds is left to hash at the end, instead of the whole blob."""
 
-    def __init__(self, run: _Run, digest: str, size: int, members: list[Placement], part: int) -> None:
+    def __init__(self, run: _FetchContext, digest: str, size: int, members: list[Placement], part: int) -> None:
         self.run, self.digest, self.size, self.members = run, digest, size, members
         self.ranges = [(off, min(part, size - off)) for off in range(0, size, part)]
         self.out: AtomicFile | None = None
@@ -275,7 +275,7 @@ class _PackSink:
     """Consumes a pack's bytes from `pos` on and splits them into member files as they stream by:
     gaps are dropped, each member is verified and renamed the moment its last byte arrives."""
 
-    def __init__(self, run: _Run, pos: int, members: list[Placement]) -> None:
+    def __init__(self, run: _FetchContext, pos: int, members: list[Placement]) -> None:
         self.run = run
         self.pos = pos
         self.members = members   # sorted by offset, not overlapping
@@ -343,7 +343,7 @@ def _layers(members: list[Placement]) -> Iterator[list[Placement]]:
         todo = later
 
 
-def _fetch_pack(run: _Run, digest: str, size: int, members: list[Placement]) -> None:
+def _fetch_pack(run: _FetchContext, digest: str, size: int, members: list[Placement]) -> None:
     for layer in _layers(members):
         for start, length, group in coalesce(layer):
             sink = _PackSink(run, start, group)
@@ -357,7 +357,7 @@ def _fetch_pack(run: _Run, digest: str, size: int, members: list[Placement]) -> 
                 sink.abort()
 
 
-def _check_local(run: _Run, p: Placement) -> bool:
+def _check_local(run: _FetchContext, p: Placement) -> bool:
     """A present file of unknown origin: adopted if its bytes are right (then it is not fetched)."""
     try:
         ok = sha256_file(p.target) == p.record.sha256
@@ -415,7 +415,7 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
     """Returns what was placed ("root/path" -> PlacedFile) and counters. Never raises for a deadline or
     a store failure: those end in `stats.timed_out` / `stats.failed` with everything placed so far.
     `durable`: fsync every file and directory entry before returning (durability "fsync" / "both")."""
-    run = _Run(store, deadline or Deadline(), tag, durable)
+    run = _FetchContext(store, deadline or Deadline(), tag, durable)
     stats = run.stats
     tick = (lambda: progress(stats)) if progress is not None else None
     placed, dirs = _execute(run, plan, threads, tick, roots)  # the CLI pauses the collector (cli/boot.py)
@@ -424,7 +424,7 @@ def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, de
     return placed, stats
 
 
-def _execute(run: _Run, plan: HydratePlan, threads: int, tick: Callable[[], None] | None,
+def _execute(run: _FetchContext, plan: HydratePlan, threads: int, tick: Callable[[], None] | None,
              roots: Iterable[Path]) -> tuple[dict[str, PlacedFile], set[str]]:
     """What `execute` returns, and the directories whose new entries are not yet durable."""
     stats = run.stats

@@ -99,23 +99,17 @@ def served_path(dest: str | PathLike[str] | None, tc: HostToolchain) -> Path:
 
 
 def store_opener(url: str | None, config: Config | None) -> Callable[[], Store]:
-    """Opens the named store, else the config's, else the default; never creates one (a reader's typo
-    must not make an empty bucket dir). Called late, so a no-op hydrate opens nothing."""
-    def open_it() -> Store:
-        from ..stores import open_store
+    """Opens the named store, else the config's, else the default (`stores.opener`)."""
+    from ..stores import opener
 
-        return open_store(url or (config.store if config else None), create=False)
-
-    return open_it
+    return opener(url or (config.store if config else None))
 
 
 def store_on_demand(url: str | None, config: Config | None) -> OnDemand:
-    """An opener for code that opens its store late, often, or not at all (capture's rounds, hot first's
-    phases): `with store_on_demand(...) as get`: opened on the first call, the same one handed out after,
-    closed when the block ends."""
-    from ..stores.base import OnDemand
+    """`stores.on_demand` for the named store, else the config's, else the default."""
+    from ..stores import on_demand
 
-    return OnDemand(store_opener(url, config))
+    return on_demand(url or (config.store if config else None))
 
 
 def resolve_request(*, config: Config | None, lockfile: str | PathLike[str] | None = None, backend: str | None = None,

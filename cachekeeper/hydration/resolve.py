@@ -1,4 +1,5 @@
-"""Which manifests a host wants: by entry names (config or lockfile) or by listing its toolchain's dir.
+"""Which manifests a host wants: by entry names (config or lockfile) or by listing its toolchain's dir; and
+the lockfile that pins them (`lock` writes it, `hydrate --lockfile` reads it).
 
 All of it works from the store alone: the boot path never needs the catalog.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from ..errors import (
     IntegrityError,
     LockfileError,
     ManifestError,
+    NothingToHydrate,
     ObjectNotFound,
     ToolchainMismatch,
     UnsafePath,
@@ -26,10 +28,13 @@ from ..format.layout import is_captured_name, manifest_key
 from ..format.manifest import KIND_CAPTURED, KIND_ENTRY, KIND_SHARED, MAX_MANIFEST_BYTES, Manifest
 from ..fs.atomic import atomic_write_bytes
 from ..fs.paths import NotRegular, open_regular
+from ..presence import look_up
 from ..stores.base import Store
 from ..stores.manifests import manifest_keys
 
 if TYPE_CHECKING:
+    from ..backends.host import HostToolchain
+    from ..config import Config
     from ..format.signing import PublicKey
     from ..stores.reader import Deadline
 
@@ -186,6 +191,30 @@ def write_lockfile(path: Path, backend: str, fingerprint: Fingerprint, manifests
     if store_url:
         doc["store"] = store_url
     atomic_write_bytes(path, json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """What `lock` pinned: `pinned` manifests of the config's entries; `not_built` entries had none."""
+
+    pinned: int
+    not_built: int
+
+
+def lock_entries(path: Path, config: Config, toolchain: HostToolchain, store: Store,
+                 models: Collection[str] | None = None) -> Locked:
+    """Pin the exact manifests `toolchain` would hydrate for the config's entries (optionally of `models`
+    only), with the shared manifests they require, in the lockfile at `path`. One store listing says what
+    is built; only those manifests are read (no GET that would 404). Nothing built is NothingToHydrate."""
+    fp = toolchain.fingerprint
+    keys = [e.spec.key for e in config.entries({toolchain.name}, set(models) if models else None)]
+    presence = look_up(fp.id, keys, store=store)
+    found, gone = fetch_manifests(store, fp, [Pin(k) for k in presence.built])
+    if not found:
+        raise NothingToHydrate(f"{store.url} has no entries of this config for toolchain {fp.id}",
+                               url=store.url, fingerprint=fp.id)
+    write_lockfile(path, toolchain.name, fp, with_shared(store, fp, found), store.url)
+    return Locked(pinned=len(found), not_built=len(presence.missing) + len(gone))
 
 
 MAX_LOCKFILE_BYTES = 64 << 20   # a lockfile of 100k pins is ~15 MB; more is not a lockfile

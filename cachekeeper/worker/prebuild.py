@@ -224,7 +224,7 @@ def build_entry(entry: MatrixEntry, tc: HostToolchain, store: Store, *, catalog:
 # --- the run -----------------------------------------------------------------------------------------
 
 
-class _Run:
+class _BuildSlots:
     """State shared by this worker's build slots."""
 
     def __init__(self, config: Config, store: Store, catalog: Catalog | None, tcs: dict[str, HostToolchain],
@@ -412,7 +412,7 @@ def prebuild(config: Config, store: Store, *, catalog: Catalog | None = None, ba
     if settings.shard is not None:
         entries = shard_entries(entries, tcs, settings.shard, store, catalog)
     report = PrebuildReport(swept=sweep_stale(settings.workdir_root), planned=len(entries))
-    run = _Run(config, store, catalog, tcs, settings, progress, report)
+    run = _BuildSlots(config, store, catalog, tcs, settings, progress, report)
 
     todo, present = split_built(entries, tcs, store, catalog, verify_store=settings.verify_store)
     for o in present:

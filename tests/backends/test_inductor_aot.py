@@ -11,11 +11,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +21,10 @@ import pytest
 from cachekeeper.backends.inductor import aot
 from cachekeeper.config import parse_config
 from cachekeeper.runtime.component import Record, choose, files_problem, source_problem
+from tests.compiles import Instance, run, warnings
 from tests.harness.tiny import copy_tiny
 
 REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 1800
 CONFIG = """\
 version: 1
 defaults:
@@ -45,37 +42,8 @@ models:
 """
 
 
-def run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Traceback" not in proc.stderr
-    return proc
-
-
 def files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
-
-
-def warnings(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("cachekeeper: warning:")]
-
-
-@dataclass(frozen=True)
-class Instance:
-    tmp: Path
-    model: Path
-    dest: Path          # the hydrated TORCHINDUCTOR_CACHE_DIR
-    env: dict[str, str]  # the serving process's env (its own TMPDIR, with the restored header)
-
-    @property
-    def entry(self) -> Path:
-        (one,) = (self.dest / aot.AOT_DIR).iterdir()
-        return one
-
-    def copy(self, name: str) -> Path:
-        dest = self.tmp / "copies" / name
-        shutil.copytree(self.dest, dest, ignore=shutil.ignore_patterns("locks", ".cachekeeper"))
-        return dest
 
 
 @pytest.fixture(scope="module")

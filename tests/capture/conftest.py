@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from cachekeeper.config import load_config
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
+from tests.cli_env import run_cli
 from tests.fakes import ENABLE, FakeBackend, fake_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,12 +49,7 @@ class World:
                 roots={"cache": built}, include=FakeBackend().include)
 
     def run(self, *args: str, ok: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True,
-                              env={**self.vars, **env}, cwd=self.tmp, timeout=120)
-        assert "Traceback" not in proc.stderr, proc.stderr
-        if ok:
-            assert proc.returncode == 0, proc.stderr
-        return proc
+        return run_cli(args, {**self.vars, **env}, self.tmp, ok=ok)
 
     def hydrate(self, dest: Path, *extra: str, **env: str) -> dict[str, object]:
         proc = self.run("hydrate", "--config", str(self.config), "--dest", str(dest), "--json", *extra, **env)

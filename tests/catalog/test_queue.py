@@ -149,12 +149,13 @@ def _hold(catalog: Catalog, host: str, pid: int) -> None:
     """Claim the next job as if process `pid` of `host` did, under a long, live lease."""
     from sqlalchemy import update
 
-    from cachekeeper.catalog.models import BuildJobModel as J
+    from cachekeeper.catalog.models import BuildJobModel
 
     c = catalog.claim("other", lease_s=3600)
     assert c is not None
     with catalog._write() as conn:
-        conn.execute(update(J).where(J.entry_key == c.entry_key).values(holder_host=host, holder_pid=pid))
+        conn.execute(update(BuildJobModel).where(BuildJobModel.entry_key == c.entry_key)
+                     .values(holder_host=host, holder_pid=pid))
 
 
 def _dead_pid() -> int:

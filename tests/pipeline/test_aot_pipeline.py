@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 
 from cachekeeper.backends.inductor import aot
-from tests.backends import test_inductor_aot as aot_test
-from tests.backends.test_inductor_aot import warnings
+from tests import compiles
+from tests.compiles import run, warnings
 from tests.fakes import served
-from tests.test_inductor_loop import run
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -36,7 +35,7 @@ STEPS = 3
 
 
 @dataclass(frozen=True)
-class Instance(aot_test.Instance):
+class Instance(compiles.Instance):
     """The hydrated instance of tests/backends/test_inductor_aot.py; `model` is the folder of pipelines."""
 
     def pipeline(self, name: str) -> Path:

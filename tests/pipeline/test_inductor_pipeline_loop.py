@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_inductor_loop import run
+from tests.compiles import run
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli_spine import config_text, one_error_line
+from tests.cli_env import config_text, one_error_line
 from tests.worker.fleet import ENABLE
 
 REPO = Path(__file__).resolve().parents[2]

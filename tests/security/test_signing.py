@@ -17,8 +17,7 @@ from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.inventory import scan
-
-from .helpers import fingerprint, spec, write_tree
+from tests.core.helpers import fingerprint, spec, write_tree
 
 pytest.importorskip("cryptography")
 
