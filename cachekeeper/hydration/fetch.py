@@ -383,21 +383,27 @@ def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline:
         todo.put(it)
     done: queue.SimpleQueue[tuple[T, object, BaseException | None]] = queue.SimpleQueue()
 
-    def worker() -> None:
-        while not deadline.cancelled.is_set():
-            try:
-                it = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put((it, fn(it), None))
-            except BaseException as exc:  # handed to the caller's thread
-                done.put((it, None, exc))
+    stopped = threading.Semaphore(0)   # released by each worker as it ends
 
-    workers = [threading.Thread(target=worker, name="ck-fetch", daemon=True) for _ in range(min(threads, len(items)))]
-    for w in workers:
-        w.start()
+    def worker() -> None:
+        try:
+            while not deadline.cancelled.is_set():
+                try:
+                    it = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put((it, fn(it), None))
+                except BaseException as exc:  # handed to the caller's thread
+                    done.put((it, None, exc))
+        finally:
+            stopped.release()
+
+    launched = 0
     try:
+        for _ in range(min(threads, len(items))):
+            launched += 1
+            threading.Thread(target=worker, name="ck-fetch", daemon=True).start()
         for _ in range(len(items)):
             while True:
                 left = deadline.left()
@@ -419,8 +425,9 @@ def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline:
         # chunk and are waited for (boundedly), so none opens a temp file after the caller swept them.
         deadline.cancelled.set()
         stop_by = time.monotonic() + STOP_WAIT
-        for w in workers:
-            w.join(max(0.0, stop_by - time.monotonic()))
+        for _ in range(launched):
+            if not stopped.acquire(timeout=max(0.0, stop_by - time.monotonic())):
+                break
         raise
 
 
