@@ -3,7 +3,9 @@
 
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
-pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls.
+pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls; how it runs is
+one `HydrateOptions` (hydration/options.py): each of its settings is an option here of the same name, given
+over the config's `hydrate:` section (tests/boot/test_hydrate_options.py walks them).
 """
 
 from __future__ import annotations
