@@ -16,7 +16,7 @@ an error is `cachekeeper.cli.hints.hint_for(exc)`). Nothing here imports torch o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from .captures.capture import CaptureReport
     from .config import Config
     from .hydration.engine import HydrateReport
+    from .hydration.fetch import FetchStats
+    from .hydration.options import HydrateOptions
+    from .hydration.request import HydrateRequest
 
 StrPath = str | PathLike[str]
 
@@ -46,23 +49,70 @@ def _config(path: StrPath | None) -> Config | None:
 def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, backend: str | None = None,
             dest: StrPath | None = None, models: Sequence[str] = (), shapes: Sequence[str] = (),
             device: str | None = None, options: Mapping[str, str] | None = None, store: str | None = None,
-            verify: bool = False, require_all: bool = False, threads: int = 16, trusted_keys: Sequence[str] = (),
-            deadline: float | None = None, best_effort: bool = False,
-            capture_keys: Sequence[str] = ()) -> HydrateReport:
+            verify: bool | None = None, require_all: bool | None = None, threads: int | None = None,
+            trusted_keys: Sequence[str] | None = None, capture_keys: Sequence[str] | None = None,
+            deadline: float | None = None, best_effort: bool | None = None, node_cache: StrPath | None = None,
+            node_cache_link: str | None = None, node_cache_max_bytes: int | str | None = None,
+            max_bytes: int | str | None = None, durability: str | None = None, ready_after: int | None = None,
+            hot_reports: int | None = None, env_file: StrPath | None = None, env_format: str | None = None,
+            metrics_file: StrPath | None = None) -> HydrateReport:
     """Fill this host's cache dir with the prebuilt (and captured) artifacts its toolchain can use.
 
     The wanted entries come from `config` (optionally only `models`/`shapes`), from a `lockfile`, or,
-    with neither, from listing the store. `deadline`/`best_effort` bound the boot as the CLI's flags do
-    (unset, the config's `hydrate` settings apply, as in the CLI).
+    with neither, from listing the store; `options` are backend options (the fingerprint's), `store` a
+    store URL. Every other argument is a setting of `HydrateOptions` (hydration/options.py), as the CLI's
+    flag of the same name: unset (None), the config's `hydrate:` setting applies, as in the CLI. Byte
+    budgets take `50G` as the flags do; `metrics_file` and `env_file` are written as the CLI writes them.
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    from .hydration.request import resolve_request, run_request
+    settings = dict(locals())   # first: exactly the arguments
+    from .hydration.options import HydrateOptions
+    from .hydration.request import resolve_request, settled
 
-    req = resolve_request(config=_config(config), lockfile=lockfile, backend=backend, models=models, shapes=shapes,
-                          device=device, options=options, dest=dest, store_url=store, best_effort=best_effort)
-    report, _ = run_request(req, verify=verify, require_all=require_all, threads=threads, trusted=trusted_keys,
-                            deadline=deadline, best_effort=best_effort, capture_keys=capture_keys)
+    given = {name: settings[name] for name in HydrateOptions.__dataclass_fields__}
+    cfg = _config(config)
+    settled_options = settled(cfg, **given)
+    req = resolve_request(config=cfg, lockfile=lockfile, backend=backend, models=models, shapes=shapes,
+                          device=device, options=options, dest=dest, store_url=store,
+                          best_effort=settled_options.best_effort)
+    report, _ = run_hydrate(req, settled_options, None, models)
     return report
+
+
+def run_hydrate(req: HydrateRequest, options: HydrateOptions, progress: Callable[[FetchStats], None] | None,
+                models: Sequence[str]) -> tuple[HydrateReport, dict[str, str]]:
+    """Run the request, and write `options.metrics_file` whether it succeeds or fails: the one run the
+    CLI's `hydrate` and `cachekeeper.hydrate` share."""
+    from .hydration.request import run_request
+
+    try:
+        report, exports = run_request(req, options, progress)
+    except Exception:
+        if options.metrics_file:
+            write_metrics(options.metrics_file, None, req, models)
+        raise
+    if options.metrics_file:
+        write_metrics(options.metrics_file, report, req, models)
+    return report, exports
+
+
+def write_metrics(path: str, report: HydrateReport | None, req: HydrateRequest, models: Sequence[str]) -> None:
+    """The run's node_exporter textfile (docs/observability.md); `report` None: the hydrate failed. Only
+    here is prometheus_client imported, and nothing it raises reaches the boot."""
+    from .observability import logs, metrics_or_warn
+
+    m = metrics_or_warn("--metrics-file")
+    if m is None:
+        return
+    from .reports.fleet import hydrate_counts
+
+    try:
+        counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
+        reg = m.hydrate_registry(report, backend=req.toolchain.name, fingerprint=req.toolchain.fingerprint.id,
+                                 model=",".join(sorted(models)) or "all", counts=counts, failed=report is None)
+        m.write_textfile(path, reg, "--metrics-file")
+    except Exception as exc:   # never the boot's failure: the metrics are a side channel
+        logs.warning(f"--metrics-file {path}: {type(exc).__name__}: {exc}; the run itself is unaffected")
 
 
 def env(*, config: StrPath | None = None, backend: str | None = None, dest: StrPath | None = None,

@@ -202,7 +202,7 @@ def test_a_byte_size_the_flag_takes_the_config_takes_too(built: Env, value: str,
 
     for k, v in ENABLE.items():
         monkeypatch.setenv(k, v)
-    assert load_config(str(config)).hydrate_max_bytes == parse_bytes(value)
+    assert load_config(str(config)).hydrate.max_bytes == parse_bytes(value)
 
 
 # --- 8: every env var is checked at entry, even on a no-op -------------------------------------------

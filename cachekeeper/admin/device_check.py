@@ -207,7 +207,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
                      timeout: float = 1800) -> DeviceCheck:
     """Prebuild, publish, hydrate, serve, count, and judge each fact (`DeviceCheck.failure()` says whether
     it passed)."""
-    from ..hydration.engine import hydrate
+    from ..hydration.engine import Target, hydrate
+    from ..hydration.options import HydrateOptions
     from ..publish.upload import publish
     from ..stores.file import FileStore
 
@@ -235,7 +236,7 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
         store = FileStore(tmp / "store")
         published = publish(store, fingerprint=fp, spec=spec, roots=roots, include=backend.include)
         dest = tmp / "hydrated"
-        hydrate(open_store=lambda: store, fingerprint=fp, dest=dest, extra_roots={})
+        hydrate(Target(fp, dest), HydrateOptions(), lambda: store)
         served_job = BuildJob(spec, ref, {CACHE_ROOT: str(dest)}, opts, str(tmp / "served.json"))
         env = {**backend.env_exports(dest), settings.SERVE_CALL.name: json.dumps(SERVE_CALL), **(serve_env or {})}
         served, served_env = _build(backend, served_job, tmp, env, timeout, "server")

@@ -3,7 +3,9 @@
 
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
-pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls.
+pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls; how it runs is
+one `HydrateOptions` (hydration/options.py): each of its settings is an option here of the same name, given
+over the config's `hydrate:` section (tests/boot/test_hydrate_options.py walks them).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ import click
 
 from .. import bounds
 from ..hydration.durability import MODES as DURABILITY_MODES
-from ..hydration.nodecache import LINK_MODES
-from ..hydration.ready import FORMATS as ENV_FORMATS
+from ..hydration.options import ENV_FORMATS, LINK_MODES
 from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
@@ -77,7 +78,8 @@ FORMATS = ENV_FORMATS
               envvar="CACHEKEEPER_NODE_CACHE_LINK",
               help="how dest files share the node cache's copy (auto: reflink, else a read-only hardlink "
               "unless root, else copy) [env CACHEKEEPER_NODE_CACHE_LINK]")
-@click.option("--node-cache-max-bytes", "node_max", envvar="CACHEKEEPER_NODE_CACHE_MAX_BYTES", metavar="BYTES",
+@click.option("--node-cache-max-bytes", "node_cache_max_bytes", envvar="CACHEKEEPER_NODE_CACHE_MAX_BYTES",
+              metavar="BYTES",
               help="the node cache's budget (e.g. 200G); least recently used blobs no dest links go first")
 @click.option("--max-bytes", "max_bytes", envvar="CACHEKEEPER_MAX_BYTES", metavar="BYTES",
               help="the dest's budget (e.g. 50G); entries not wanted now go by last use [env CACHEKEEPER_MAX_BYTES]")
@@ -97,15 +99,12 @@ FORMATS = ENV_FORMATS
               "warning, never the boot's (config hydrate.metrics_file) [env CACHEKEEPER_METRICS_FILE]")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
-            store_url: str | None, print_env: bool, verify: bool, require_all: bool, threads: int,
-            trusted_keys: tuple[str, ...], capture_keys: tuple[str, ...], deadline: float | None, best_effort: bool,
-            node_cache: str | None, node_cache_link: str, node_max: str | None, max_bytes: str | None,
-            durability: str | None, ready_after: str | None, env_file: str | None, env_format: str,
-            as_json: bool, metrics_file: str | None) -> None:
+            store_url: str | None, print_env: bool, as_json: bool, **settings: Any) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
+    from ..api import run_hydrate
     from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
-    from ..hydration.request import NodeSettings, resolve_request, run_request
+    from ..hydration.request import resolve_request, settled
 
     checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
     needs("env_format", "env_file")
@@ -113,34 +112,17 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")
-    node = NodeSettings(
-        node_cache=_dir_option("node_cache", "--node-cache", "CACHEKEEPER_NODE_CACHE", node_cache),
-        node_cache_link=node_cache_link,
-        node_cache_max_bytes=bytes_option("node_max", "--node-cache-max-bytes", "CACHEKEEPER_NODE_CACHE_MAX_BYTES",
-                                          node_max),
-        max_bytes=bytes_option("max_bytes", "--max-bytes", "CACHEKEEPER_MAX_BYTES", max_bytes),
-        durability=durability,
-        ready_after=count_option("ready_after", "--ready-after", "CACHEKEEPER_READY_AFTER", ready_after),
-        env_file=env_file, env_format=env_format)
+    given = _given(settings)
     config = load_config(config_path)
-    from_config = config is not None and config.hydrate_node_cache is not None
+    from_config = config is not None and config.hydrate.node_cache is not None
     needs("node_cache_link", "node_cache", met=from_config)
-    needs("node_max", "node_cache", met=from_config)
+    needs("node_cache_max_bytes", "node_cache", met=from_config)
+    options = settled(config, **given)
     req = resolve_request(config=config, lockfile=lockfile, backend=backend, models=models,
                           shapes=shapes, device=device, options=backend_pairs(pairs), dest=dest, store_url=store_url,
-                          best_effort=best_effort)
-    metrics_file = metrics_file or (req.config.hydrate_metrics_file if req.config else None)
-    try:
-        with collector_paused():
-            report, exports = run_request(req, verify=verify, require_all=require_all, threads=threads,
-                                          trusted=trusted_keys, deadline=deadline, best_effort=best_effort,
-                                          capture_keys=capture_keys, progress=progress_line(), node=node)
-    except Exception:
-        if metrics_file:
-            write_metrics(metrics_file, None, req, models)
-        raise
-    if metrics_file:
-        write_metrics(metrics_file, report, req, models)
+                          best_effort=options.best_effort)
+    with collector_paused():
+        report, exports = run_hydrate(req, options, progress_line(), models)
     explained = _explanations(report, req)
     if as_json:
         doc = _report_json(report)
@@ -159,29 +141,33 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     summarize(report)
 
 
-def write_metrics(path: str, report: HydrateReport | None, req: HydrateRequest, models: tuple[str, ...]) -> None:
-    """The run's node_exporter textfile (docs/observability.md); `report` None: the hydrate failed. Only
-    here is prometheus_client imported, and nothing it raises reaches the boot."""
-    from ..observability import logs, metrics_or_warn
+def _given(settings: dict[str, Any]) -> dict[str, Any]:
+    """The hydrate settings typed as a flag or set by an env var (a click default is not given: the
+    config's setting stays), each parsed where it entered, so that an error names the flag or the variable."""
+    from click.core import ParameterSource
 
-    m = metrics_or_warn("--metrics-file")
-    if m is None:
-        return
-    from ..reports.fleet import hydrate_counts
+    from ..hydration.options import spec_of
 
-    try:
-        counts = hydrate_counts(report.manifests, report.missing) if report is not None else None
-        reg = m.hydrate_registry(report, backend=req.toolchain.name, fingerprint=req.toolchain.fingerprint.id,
-                                 model=",".join(sorted(models)) or "all", counts=counts, failed=report is None)
-        m.write_textfile(path, reg, "--metrics-file")
-    except Exception as exc:   # never the boot's failure: the metrics are a side channel
-        logs.warning(f"--metrics-file {path}: {type(exc).__name__}: {exc}; the run itself is unaffected")
+    ctx = click.get_current_context()
+    out: dict[str, Any] = {}
+    for name, value in settings.items():
+        if value is None or ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
+            continue
+        param = next(p for p in ctx.command.params if p.name == name)
+        flag, env = max(param.opts, key=len), param.envvar if isinstance(param.envvar, str) else None
+        kind = spec_of(name).kind
+        if name == "node_cache":
+            value = _dir_option(name, flag, env, value)
+        elif kind == "bytes":
+            value = bytes_option(name, flag, env, value)
+        elif kind == "count":
+            value = count_option(name, flag, env, value)
+        out[name] = value
+    return out
 
 
-def _dir_option(param: str, flag: str, env: str, value: str | None) -> str | None:
+def _dir_option(param: str, flag: str, env: str | None, value: str) -> str:
     """A directory option: empty or an existing non-directory is refused where it enters."""
-    if value is None:
-        return None
     from ..errors import UsageError
 
     where = source_of(param, flag, env)
@@ -263,12 +249,6 @@ def lock(config_path: str, backend: str | None, models: tuple[str, ...], device:
     say(f"lock: {locked.pinned} entries pinned ({locked.not_built} not built) -> {output}")
 
 
-def render(exports: dict[str, str], fmt: str) -> str:
-    from ..hydration.ready import render as render_env
-
-    return render_env(exports, fmt)
-
-
 @click.command(name="env")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="the config hydrate used")
 @click.option("--backend", help="backend (default: the config's only one)")
@@ -285,6 +265,7 @@ def env(config_path: str | None, backend: str | None, dest: str | None, device: 
     systemd `EnvironmentFile=` (`--format systemd`) or a file a container's shell sources (`--format shell`)."""
     from ..api import env as exports_for
     from ..fs.atomic import atomic_write_bytes
+    from ..hydration.ready import render
 
     text = render(exports_for(config=config_path, backend=backend, dest=dest, device=device,
                               options=backend_pairs(pairs)), fmt)

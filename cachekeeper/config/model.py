@@ -13,6 +13,7 @@ from pathlib import Path
 from ..backends import mode_key_options
 from ..errors import ConfigError
 from ..format.spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
+from ..hydration.options import HydrateOptions
 
 
 @dataclass(frozen=True)
@@ -89,16 +90,8 @@ class Config:
     catalog: str | None = None                    # SQLAlchemy URL; sqlite paths made absolute
     build_timeout: float = 1800.0
     build_workers: int = 1
-    hydrate_deadline: float | None = None         # seconds for a whole hydrate (the CLI's setting wins)
-    hydrate_best_effort: bool = False
     capture: str = "report"                       # "publish": serving hosts may write captured sets
-    hydrate_node_cache: str | None = None         # the node-level blob cache dir (hydration/nodecache.py)
-    hydrate_node_cache_max_bytes: int | None = None
-    hydrate_max_bytes: int | None = None          # the dest's disk budget
-    hydrate_durability: str | None = None         # fsync | boot | both (hydration/durability.py)
-    hydrate_ready_after: int | None = None        # write the env + ready marker after this many entries
-    hydrate_hot_reports: int = 16                 # newest miss reports that order the hot entries (hydration/hot.py)
-    hydrate_metrics_file: str | None = None       # node_exporter textfile hydrate writes (docs/observability.md)
+    hydrate: HydrateOptions = field(default_factory=HydrateOptions)   # the `hydrate:` section (flags win)
 
     @property
     def capture_publish(self) -> bool:

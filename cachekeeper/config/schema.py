@@ -17,9 +17,10 @@ from typing import Any
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 from ..backends import can_offload, modes_for, registry
-from ..bounds import BUILD_TIMEOUT, COUNT, DEADLINE, SIZE, WORKERS, bytes_problem, parse_bytes
+from ..bounds import BUILD_TIMEOUT, COUNT, SIZE, WORKERS, bytes_problem, parse_bytes
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
+from ..hydration.options import HydrateOptions, Spec, config_keys, spec_of
 from ..stores.schemes import parse_store_url
 from ..stores.url import local_path
 from .model import Config, ModelMatrix
@@ -38,9 +39,7 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defa
 # leaves runtime misses to miss reports (report -> suggest -> builder). Not "off": YAML reads that as false.
 CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
-_HYDRATE_KEYS = ("deadline", "best_effort", "node_cache", "node_cache_max_bytes", "max_bytes", "durability",
-                 "ready_after", "hot_reports", "metrics_file")
-_DURABILITY = ("fsync", "boot", "both")   # hydration/durability.py (not imported: the config stays light)
+_HYDRATE_KEYS = config_keys()   # the HydrateOptions fields the config sets (hydration/options.py)
 MAX_COUNT = int(COUNT.high)
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
@@ -147,37 +146,34 @@ class _Schema(NodeReader):
                            if "timeout" in build else DEFAULT_BUILD_TIMEOUT),
             build_workers=(self.integer(build["workers"][1], "build.workers", bound=WORKERS)
                            if "workers" in build else 1),
-            hydrate_deadline=(self.seconds(hydrate["deadline"][1], "hydrate.deadline", DEADLINE)
-                              if "deadline" in hydrate else None),
-            hydrate_best_effort=(self.boolean(hydrate["best_effort"][1], "hydrate.best_effort")
-                                 if "best_effort" in hydrate else False),
             capture=self.choice(top, "capture", CAPTURE_MODES, "config") or "report",
-            **self.hydrate_node(hydrate),
+            hydrate=self.hydrate_options(hydrate),
         )
         defaults = self.matrix(self.section(top, "defaults", _MATRIX_KEYS), "defaults.")
         if "models" not in top:
             raise self.error(root, "missing required key 'models' (a list of models to build)")
         return dataclasses.replace(settings, models=self.models(top["models"][1], defaults))
 
-    def hydrate_node(self, hydrate: Fields) -> dict[str, Any]:
-        """The node-scale settings of `hydrate:` (node cache, budgets, durability, hot first)."""
-        out: dict[str, Any] = {}
-        if "node_cache" in hydrate:
-            out["hydrate_node_cache"] = local_path(self.string(hydrate["node_cache"][1], "hydrate.node_cache"),
-                                                   self.base)
-        for key in ("node_cache_max_bytes", "max_bytes"):
-            if key in hydrate:
-                out[f"hydrate_{key}"] = self.byte_size(hydrate[key][1], f"hydrate.{key}")
-        if "ready_after" in hydrate:
-            out["hydrate_ready_after"] = self.bounded(hydrate["ready_after"][1], "hydrate.ready_after", 1, MAX_COUNT)
-        if "hot_reports" in hydrate:
-            out["hydrate_hot_reports"] = self.bounded(hydrate["hot_reports"][1], "hydrate.hot_reports", 0, MAX_COUNT)
-        if "durability" in hydrate:
-            out["hydrate_durability"] = self.choice(hydrate, "durability", _DURABILITY, "hydrate")
-        if "metrics_file" in hydrate:   # docs/observability.md: the node_exporter textfile
-            out["hydrate_metrics_file"] = local_path(self.string(hydrate["metrics_file"][1], "hydrate.metrics_file"),
-                                                     self.base)
-        return out
+    def hydrate_options(self, hydrate: Fields) -> HydrateOptions:
+        """The `hydrate:` section, each key read as its HydrateOptions field's spec says (hydration/options.py)."""
+        return HydrateOptions(**{key: self.hydrate_setting(hydrate, key, spec_of(key)) for key in hydrate})
+
+    def hydrate_setting(self, hydrate: Fields, key: str, spec: Spec) -> Any:
+        node, what = hydrate[key][1], f"hydrate.{key}"
+        if spec.kind == "seconds":
+            return self.seconds(node, what, spec.bound)
+        if spec.kind == "flag":
+            return self.boolean(node, what)
+        if spec.kind == "path":
+            return local_path(self.string(node, what), self.base)
+        if spec.kind == "bytes":
+            return self.byte_size(node, what)
+        if spec.kind == "count":
+            assert spec.bound is not None
+            return self.bounded(node, what, int(spec.bound.low), int(spec.bound.high))
+        if spec.kind == "choice":
+            return self.choice(hydrate, key, spec.choices, "hydrate")
+        raise AssertionError(f"hydrate.{key}: no config reading for a {spec.kind} setting")
 
     def byte_size(self, node: Node, what: str) -> int:
         """A byte budget: an integer or a size like `50G`, parsed as the flags and env vars parse it."""

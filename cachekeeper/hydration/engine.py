@@ -9,13 +9,14 @@ state file still matches the disk returns without opening the store.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import (
     BlobsMissing,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ..format.signing import PublicKey
     from .fetch import FetchStats
     from .nodecache import NodeCache
+    from .options import HydrateOptions
 from . import usage
 from .durability import DEFAULT as DEFAULT_DURABILITY
 from .durability import Durability, boot_bound, boot_id, filesystem, fsyncs
@@ -61,11 +63,44 @@ from .state import (
 )
 from .state import trusted as state_trusted
 
-__all__ = ["HydrateReport", "hydrate"]
+__all__ = ["HydrateReport", "Outcome", "Target", "Work", "hydrate"]
 
 
-@dataclass
+@dataclass(frozen=True)
+class Work:
+    """What a run did, in figures: hot first's two phases add up (`+`) into the command's one report."""
+
+    files_fetched: int = 0
+    bytes_fetched: int = 0
+    files_verified_local: int = 0
+    seconds: float = 0.0
+    retries: int = 0                     # read attempts retried (resets, stalls, 5xx)
+    node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
+    node_copied: int = 0                 # ... copied from it
+    node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
+
+    def __add__(self, other: Work) -> Work:
+        return Work(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run left in the dest: the manifests in place (all wanted ones on a no-op), the wanted entries
+    not built, and what it evicted to fit the budget."""
+
+    manifests: list[str] = field(default_factory=list)
+    files_total: int = 0
+    noop: bool = False
+    missing: list[str] = field(default_factory=list)
+    work: Work = Work()
+    incomplete: str = ""
+    evicted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class HydrateReport:
+    """One hydrate, as `--json` and the API return it: composed once, from the run's phase values."""
+
     dest: Path
     fingerprint_id: str
     noop: bool = False
@@ -88,10 +123,37 @@ class HydrateReport:
     evicted: list[str] = field(default_factory=list)    # entries removed to fit --max-bytes
     ready_seconds: float | None = None                  # --ready-after: when the hot entries were in place
 
+    @classmethod
+    def of(cls, dest: Path, fingerprint_id: str, outcome: Outcome, *, durability: str = "",
+           warnings: Iterable[str] = (), deadline_left: float | None = None,
+           nothing_built: bool = False) -> HydrateReport:
+        return cls(dest=dest, fingerprint_id=fingerprint_id, noop=outcome.noop, manifests=list(outcome.manifests),
+                   missing=list(outcome.missing), files_total=outcome.files_total, deadline_left=deadline_left,
+                   incomplete=outcome.incomplete, nothing_built=nothing_built, durability=durability,
+                   warnings=list(warnings), evicted=list(outcome.evicted), **_figures(outcome.work))
+
+    @property
+    def work(self) -> Work:
+        return Work(**{f.name: getattr(self, f.name) for f in fields(Work)})
+
+    def after(self, first: HydrateReport, warnings: Iterable[str] = ()) -> HydrateReport:
+        """This report (hot first's second phase) with the first phase's work added: one report for the
+        command (the second phase's own counts would hide what the first fetched)."""
+        return dataclasses.replace(
+            self, ready_seconds=first.seconds, **_figures(self.work + first.work),
+            warnings=[*warnings, *first.warnings, *(w for w in self.warnings if w not in first.warnings)])
+
+    def with_warnings_first(self, warnings: Iterable[str]) -> HydrateReport:
+        return dataclasses.replace(self, warnings=[*warnings, *self.warnings])
+
     def to_dict(self) -> dict[str, object]:
-        d = dict(self.__dict__)
+        d: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
         d["dest"] = str(self.dest)
         return d
+
+
+def _figures(work: Work) -> dict[str, Any]:
+    return {f.name: getattr(work, f.name) for f in fields(Work)}
 
 
 def _probe(verify: bool, trust: bool = True) -> Callable[[Path, PlacedFile | None], str]:
@@ -140,8 +202,7 @@ def _prepare_dest(dest: Path) -> None:
         raise DestinationError(f"destination {dest} is not writable")
 
 
-def _read_state(dest: Path, fingerprint: Fingerprint, roots: Mapping[str, Path], report: HydrateReport) \
-        -> State | None:
+def _read_state(dest: Path, fingerprint: Fingerprint, log: _Log) -> State | None:
     """The dest's state, or None when there is none to trust: lost, unreadable, of a newer version,
     malformed, describing another dir, or (in a toolchain's own dir, named by its fingerprint id) naming
     another toolchain. Then the files present are re-hashed and adopted if right (one warning line)."""
@@ -154,8 +215,8 @@ def _read_state(dest: Path, fingerprint: Fingerprint, roots: Mapping[str, Path],
     if why:
         state = None
     if state is None and (why or (_is_toolchain_dir(dest, fingerprint) and _holds_files(dest))):
-        report.warnings.append(f"{why or 'no ' + str(state_dir(dest) / 'state.json')}; the files in {dest} are "
-                               "re-verified (right ones kept, the rest fetched)")
+        log.warnings.append(f"{why or 'no ' + str(state_dir(dest) / 'state.json')}; the files in {dest} are "
+                            "re-verified (right ones kept, the rest fetched)")
     return state
 
 
@@ -202,17 +263,28 @@ def _still_in_place(state: State, pins: list[Pin], trusted_ids: set[str]) -> boo
     return True
 
 
-def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: Path,
-            extra_roots: Mapping[str, Path], pins: list[Pin] | None = None, models: set[str] | None = None,
-            verify: bool = False, require_all: bool = False, threads: int = 16,
-            trusted: tuple[PublicKey, ...] = (), deadline: float | None = None, best_effort: bool = False,
-            progress: Callable[[FetchStats], None] | None = None, durability: Durability = DEFAULT_DURABILITY,
-            node_cache: NodeCache | None = None, max_bytes: int | None = None, lent: bool = False,
-            captured: bool = True) -> HydrateReport:
-    """Hydrate `dest` (the backend's cache root) plus `extra_roots`.
+@dataclass(frozen=True)
+class Target:
+    """What one engine run fills: the toolchain's dir `dest` (the backend's cache root) plus `extra_roots`,
+    with `pins` (the wanted entry names, from a config or a lockfile; None lists every entry of this
+    toolchain, optionally only `models`'). `captured`: also take the captured sets (runtime compiles
+    serving hosts published) that extend the wanted entries. False (a config's `capture: report`): only
+    what builders published; a no-op then opens no store, and a full run names the captured sets it left
+    in one warning. A lockfile takes what it pins."""
 
-    `pins`: the wanted entry names (config or lockfile); None lists every entry of this toolchain.
-    `deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
+    fingerprint: Fingerprint
+    dest: Path
+    pins: list[Pin] | None = None
+    extra_roots: Mapping[str, Path] = field(default_factory=dict)
+    models: frozenset[str] | None = None
+    captured: bool = True
+
+
+def hydrate(target: Target, options: HydrateOptions, open_store: Callable[[], Store],
+            progress: Callable[[FetchStats], None] | None = None, *, lent: bool = False) -> HydrateReport:
+    """Fill `target` as `options` say (hydration/options.py).
+
+    `options.deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with
     `best_effort` the report says why in `incomplete` (the server starts and compiles the rest). Best
     effort covers nothing built for this toolchain (`nothing_built`), a failing store and a busy lock too.
@@ -222,27 +294,38 @@ def hydrate(*, open_store: Callable[[], Store], fingerprint: Fingerprint, dest: 
     `open_store` is called when a store is needed (a no-op may need none). Hydrate opens one at most and
     closes it before returning; with `lent`, `open_store` hands out a store its caller keeps open across
     several hydrates (hot first's two phases share one client) and closes itself.
-    `captured`: also take the captured sets (runtime compiles serving hosts published) that extend the
-    wanted entries. False (a config's `capture: report`): only what builders published; a no-op then opens
-    no store, and a full run names the captured sets it left in one warning. A lockfile takes what it pins.
     """
     t0 = time.monotonic()
-    budget = Deadline(deadline)
-    dest = dest.absolute()
-    report = HydrateReport(dest=dest, fingerprint_id=fingerprint.id, durability=durability)
+    durability = options.durability or DEFAULT_DURABILITY
+    run = _Run(dataclasses.replace(target, dest=target.dest.absolute()), options, options.keyring(), durability,
+               _node_cache(options, fsyncs(durability)), progress, Deadline(options.deadline))
+    log = _Log()
+    outcome, nothing_built = Outcome(), False
     with contextlib.ExitStack() as owned:
         get = open_store if lent else owned.enter_context(OnDemand(open_store))
         try:
-            _hydrate(report, get, fingerprint, extra_roots, pins, models, verify, require_all, threads,
-                     trusted, budget, best_effort, progress, _Local(durability, node_cache, max_bytes), captured)
+            outcome = _hydrate(run, get, log)
         except SOFT_ERRORS as exc:
-            if not best_effort:
+            if not options.best_effort:
                 raise
             # Nothing built, a store that fails, the deadline, a busy lock: the server starts and compiles
             # what is missing. Corrupt bytes, hostile manifests and an unusable dest are never softened.
-            report.incomplete = exc.message
-            report.nothing_built = isinstance(exc, NothingToHydrate)
-    return _finish(report, t0, budget)
+            outcome, nothing_built = Outcome(missing=log.missing, incomplete=exc.message), \
+                isinstance(exc, NothingToHydrate)
+    left = run.budget.left()
+    work = dataclasses.replace(outcome.work, seconds=time.monotonic() - t0, retries=run.budget.retries.retries)
+    return HydrateReport.of(run.target.dest, target.fingerprint.id, dataclasses.replace(outcome, work=work),
+                            durability=durability, warnings=log.warnings, nothing_built=nothing_built,
+                            deadline_left=None if left is None else max(0.0, round(left, 3)))
+
+
+def _node_cache(options: HydrateOptions, durable: bool) -> NodeCache | None:
+    if not options.node_cache:
+        return None
+    from .nodecache import NodeCache
+
+    return NodeCache(Path(options.node_cache).absolute(), options.node_cache_link, durable=durable,
+                     verify=options.verify, max_bytes=options.node_cache_max_bytes)
 
 
 # What `best_effort` turns into a warning (see `hydrate`); everything else keeps its own error. A dir
@@ -251,52 +334,67 @@ SOFT_ERRORS = (StoreError, HydrateIncomplete, NothingToHydrate, LockBusy, DestSt
 
 
 @dataclass(frozen=True)
-class _Local:
-    """How this node keeps what it places: durability, the shared node cache, the dest's disk budget."""
+class _Run:
+    """One run's inputs as the phases read them: the target, the options, and what they resolve to (the
+    keyring, the durability, the node cache) once."""
 
+    target: Target
+    options: HydrateOptions
+    keys: tuple[PublicKey, ...]
     durability: Durability
     node_cache: NodeCache | None
-    max_bytes: int | None
+    progress: Callable[[FetchStats], None] | None
+    budget: Deadline
 
 
-def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint: Fingerprint,
-             extra_roots: Mapping[str, Path], pins: list[Pin] | None, models: set[str] | None, verify: bool,
-             require_all: bool, threads: int, trusted: tuple[PublicKey, ...], budget: Deadline,
-             best_effort: bool, progress: Callable[[FetchStats], None] | None, local: _Local,
-             captured: bool) -> None:
-    dest = report.dest
-    sets: CapturedSets = "pinned" if not _takes_captured(pins) else "take" if captured else "skip"
-    durability, max_bytes = local.durability, local.max_bytes
+@dataclass
+class _Log:
+    """What a run says on its way, kept even when a soft error ends it: its warning lines, and the wanted
+    entries the store lacks (best effort reports them with the error)."""
+
+    warnings: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """The resolve phase: the store, the manifests to place (shared ones included), the captured sets seen."""
+
+    store: Store
+    manifests: list[Manifest]
+    seen: list[str]
+
+
+def _hydrate(run: _Run, open_store: Callable[[], Store], log: _Log) -> Outcome:
+    target, options, budget, durability = run.target, run.options, run.budget, run.durability
+    dest, fingerprint, pins = target.dest, target.fingerprint, target.pins
+    sets: CapturedSets = "pinned" if not _takes_captured(pins) else "take" if target.captured else "skip"
     _prepare_dest(dest)
-    roots = {"cache": dest, **{k: v.absolute() for k, v in extra_roots.items()}}
+    roots = {"cache": dest, **{k: v.absolute() for k, v in target.extra_roots.items()}}
     with records_lock(dest, timeout=_lock_wait(budget)):
-        state = _read_state(dest, fingerprint, roots, report)
+        state = _read_state(dest, fingerprint, log)
         _guard_toolchain(dest, state, fingerprint)
-        trusted_ids = {k.id for k in trusted}
+        trusted_ids = {k.id for k in run.keys}
         # A state naming other dirs as roots than this run's speaks for none of their files: re-verified.
         trust = state is not None and state_trusted(state, dest) \
             and all(str(roots.get(k, "")) == v for k, v in state.roots.items())
-        if state is not None and pins is not None and not verify and trust \
+        if state is not None and pins is not None and not options.verify and trust \
                 and _still_in_place(state, pins, trusted_ids) \
                 and not _captured_since(open_store, fingerprint, state, sets, budget):
-            report.noop = True
-            report.manifests = [p.name for p in pins]
-            report.files_total = len(state.files)
-            record_use(dest, report.manifests)
-            if max_bytes is not None:
-                _fit(dest, state, max_bytes, set(report.manifests), report, roots)
-            return
+            names = [p.name for p in pins]
+            record_use(dest, names)
+            return Outcome(manifests=names, files_total=len(state.files), noop=True,
+                           evicted=_fit(dest, state, options.max_bytes, set(names), roots, log))
         claimed = False   # set once this run claims a dir no state named
         try:
             with contextlib.ExitStack() as stack:
                 from .fetch import execute  # not on the no-op path: it pulls in the thread pool machinery
 
-                store, manifests, seen = budget.run(
-                    lambda: _open_and_resolve(open_store, fingerprint, pins, models, report, require_all, trusted,
-                                              budget, sets),
-                    "reading manifests")
+                resolved = budget.run(lambda: _open_and_resolve(open_store, run, log, sets), "reading manifests")
+                store, manifests = resolved.store, resolved.manifests
                 joiner = SafeJoiner()
-                plan = plan_hydrate(manifests, roots, state, _probe(verify, trust), _parent_checker(joiner), joiner)
+                plan = plan_hydrate(manifests, roots, state, _probe(options.verify, trust), _parent_checker(joiner),
+                                    joiner)
                 if state is None:
                     # Claim the directory for this toolchain before the first byte lands, so a hydrate killed
                     # midway is resumed (present files verified and adopted) rather than refused as foreign.
@@ -308,20 +406,19 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                 used = {"cache"} | {p.record.root for ps in plan.fetch.values() for p in ps} \
                     | {p.record.root for p in plan.check}
                 tag = _claim_roots(stack, dest, {k: v for k, v in roots.items() if k in used}, budget)
-                from_node = _from_node_cache(local.node_cache, plan, store, threads, budget, durability, report,
-                                             roots.values())
-                placed, stats = execute(store, plan, threads, deadline=budget, tag=tag, progress=progress,
-                                        roots=roots.values(), durable=fsyncs(durability))
+                from_node, node_work = _from_node_cache(run, plan, store, roots.values(), log)
+                placed, stats = execute(store, plan, options.threads, deadline=budget, tag=tag,
+                                        progress=run.progress, roots=roots.values(), durable=fsyncs(durability))
                 placed.update(from_node)
                 have = set(placed) | {file_key(p.record.root, p.record.path) for p in plan.keep}
                 applied = [m for m in manifests if all(file_key(f.root, f.path) in have for f in m.files)]
-                saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), seen, durability,
-                              trust)
+                saved = _save(dest, fingerprint, state, applied, roots, placed, sorted(trusted_ids), resolved.seen,
+                              durability, trust)
+                evicted: list[str] = []
                 if saved is not None:
                     usage.record(dest, {m.name: [file_key(f.root, f.path) for f in m.files] for m in applied})
-                    if max_bytes is not None:
-                        _fit(dest, saved, max_bytes, {m.name for m in manifests} | {p.name for p in pins or ()},
-                             report, roots)
+                    evicted = _fit(dest, saved, options.max_bytes,
+                                   {m.name for m in manifests} | {p.name for p in pins or ()}, roots, log)
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM) or failed before anything landed: this run's temp files (its live
             # tag is gone now) and its claim go too, so the dir is as this run found it and another toolchain
@@ -332,21 +429,21 @@ def _hydrate(report: HydrateReport, open_store: Callable[[], Store], fingerprint
                 if not _holds_files(dest):
                     drop_state(dest)
             raise
-        _fill(report, applied, stats, len(have))
-        report.files_fetched += len(from_node)
-        report.bytes_fetched += report.node_fetched_bytes
         broken = sorted({m.name for m in manifests if any(b.digest in stats.missing_blobs for b in m.blobs)})
-        report.missing += broken
+        log.missing += broken
         if stats.fatal is not None:
             raise stats.fatal
-        if stats.incomplete:
-            why = _incomplete_reason(store.url, stats, budget, len(plan.fetch))
-            if not best_effort:
-                raise HydrateIncomplete(why)
-            report.incomplete = why
-        if broken and require_all:
+        why = _incomplete_reason(store.url, stats, budget, len(plan.fetch)) if stats.incomplete else ""
+        if why and not options.best_effort:
+            raise HydrateIncomplete(why)
+        if broken and options.require_all:
             raise BlobsMissing(f"{store.url} lacks blobs of {len(broken)} manifests ({', '.join(broken)})",
                                url=store.url)
+        work = dataclasses.replace(node_work, files_fetched=stats.files + len(from_node),
+                                   bytes_fetched=stats.bytes + node_work.node_fetched_bytes,
+                                   files_verified_local=stats.verified_local)
+        return Outcome(manifests=[m.name for m in applied], files_total=len(have), missing=list(log.missing),
+                       work=work, incomplete=why, evicted=evicted)
 
 
 def _lock_wait(budget: Deadline) -> float:
@@ -372,21 +469,18 @@ def _claim_roots(stack: contextlib.ExitStack, dest: Path, roots: Mapping[str, Pa
     return tag
 
 
-def _open_and_resolve(open_store: Callable[[], Store], fingerprint: Fingerprint, pins: list[Pin] | None,
-                      models: set[str] | None, report: HydrateReport, require_all: bool,
-                      trusted: tuple[PublicKey, ...], budget: Deadline, sets: CapturedSets) \
-        -> tuple[Store, list[Manifest], list[str]]:
+def _open_and_resolve(open_store: Callable[[], Store], run: _Run, log: _Log, sets: CapturedSets) -> _Resolved:
     store = open_store()
+    fingerprint = run.target.fingerprint
     # Listed before the manifests are resolved: a set published in between is hydrated, never only "seen".
     listed = _captured_names(store, fingerprint) if sets != "pinned" else []
     if sets == "skip" and listed:
-        report.warnings.append(
+        log.warnings.append(
             f"{store.url} holds {len(listed)} captured sets of this toolchain (runtime compiles serving hosts "
             "published); the config says `capture: report`, so only what builders published is hydrated "
             "(`capture: publish` takes them: docs/security.md)")
     seen = listed if sets == "take" else []
-    return store, _resolve(store, fingerprint, pins, models, report, require_all, trusted, budget,
-                           sets == "take"), seen
+    return _Resolved(store, _resolve(store, run, log, sets == "take"), seen)
 
 
 # Which captured sets a hydrate takes: "take" those extending its entries (config `capture: publish`, or no
@@ -432,26 +526,19 @@ def _incomplete_reason(url: str, stats: FetchStats, budget: Deadline, wanted: in
     return f"{len(stats.failed)} of {wanted} blobs could not be fetched ({first}); {kept}"
 
 
-def _finish(report: HydrateReport, t0: float, budget: Deadline) -> HydrateReport:
-    report.seconds = time.monotonic() - t0
-    report.retries = budget.retries.retries
-    left = budget.left()
-    report.deadline_left = None if left is None else max(0.0, round(left, 3))
-    return report
-
-
-def _resolve(store: Store, fingerprint: Fingerprint, pins: list[Pin] | None, models: set[str] | None,
-             report: HydrateReport, require_all: bool, trusted: tuple[PublicKey, ...],
-             budget: Deadline | None, captured: bool) -> list[Manifest]:
+def _resolve(store: Store, run: _Run, log: _Log, captured: bool) -> list[Manifest]:
+    """The wanted manifests, shared ones included; the wanted entries the store lacks go to `log.missing`."""
+    fingerprint, pins, trusted, budget = run.target.fingerprint, run.target.pins, run.keys, run.budget
     if pins is None:
+        models = set(run.target.models) if run.target.models else None
         entries = list_entries(store, fingerprint, models, trusted, deadline=budget)
     else:
         # A GET per pin is the store's answer (no listing: a boot reads only what it wants).
         entries, _ = fetch_manifests(store, fingerprint, pins, trusted, deadline=budget)
         presence = plan_presence(fingerprint.id, [p.name for p in pins], stored={m.name for m in entries})
-        report.missing = list(presence.missing)
-    if not entries or (require_all and report.missing):
-        what = f"lacks {len(report.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
+        log.missing = list(presence.missing)
+    if not entries or (run.options.require_all and log.missing):
+        what = f"lacks {len(log.missing)} of {len(pins)} wanted entries" if pins else "has no entries"
         others = other_toolchains(store, fingerprint.backend, fingerprint)
         detail = ("; published toolchains differ: " + " | ".join(others)) if others else ""
         raise NothingToHydrate(f"{store.url} {what} for {fingerprint.backend} toolchain {fingerprint.id}{detail}")
@@ -487,15 +574,17 @@ def _save(dest: Path, fingerprint: Fingerprint, old: State | None, manifests: li
     return state
 
 
-def _fit(dest: Path, state: State, max_bytes: int, wanted: set[str], report: HydrateReport,
-         roots: Mapping[str, Path]) -> None:
-    """Evict entries this run does not want, by last use, until the dest fits `max_bytes`."""
+def _fit(dest: Path, state: State, max_bytes: int | None, wanted: set[str], roots: Mapping[str, Path],
+         log: _Log) -> list[str]:
+    """Evict entries this run does not want, by last use, until the dest fits `max_bytes`; what it evicted."""
+    if max_bytes is None:
+        return []
     ev = usage.plan(dest, state, max_bytes, keep=wanted)
     usage.apply(dest, state, ev, roots)
-    report.evicted = [e.name for e in ev.evict]
     if ev.short:
-        report.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "
-                               "left is wanted now or was used within the last hour")
+        log.warnings.append(f"{dest} holds {ev.held - ev.freed} bytes, over its budget of {max_bytes}: what is "
+                            "left is wanted now or was used within the last hour")
+    return [e.name for e in ev.evict]
 
 
 def _stamped(state: State, dest: Path, durability: Durability) -> State:
@@ -504,42 +593,34 @@ def _stamped(state: State, dest: Path, durability: Durability) -> State:
     return state
 
 
-def _from_node_cache(node: NodeCache | None, plan: HydratePlan, store: Store, threads: int, budget: Deadline,
-                     durability: Durability, report: HydrateReport, roots: Iterable[Path]) -> dict[str, PlacedFile]:
+def _from_node_cache(run: _Run, plan: HydratePlan, store: Store, roots: Iterable[Path], log: _Log) \
+        -> tuple[dict[str, PlacedFile], Work]:
     """Place what the plan would fetch from the node cache (fetching into it what it lacks); the plan is
     left with only what must still come straight from the store. Fallbacks are reported, never fatal."""
+    node, threads, budget, durable = run.node_cache, run.options.threads, run.budget, fsyncs(run.durability)
     if node is None or not plan.fetch:
-        return {}
+        return {}, Work()
     from .fetch import execute
 
     why = node.open() or node.room_for(plan.fetch_bytes)
     if why:
-        report.warnings.append(why)
-        return {}
+        log.warnings.append(why)
+        return {}, Work()
 
     def fetch(sub: HydratePlan, roots: list[Path], tag: str) -> tuple[dict[str, PlacedFile], int]:
-        got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=fsyncs(durability))
+        got, stats = execute(store, sub, threads, deadline=budget, tag=tag, roots=roots, durable=durable)
         if isinstance(stats.fatal, DestinationError):  # the node cache filled up or broke meanwhile
-            report.warnings.append(f"node cache {node.root} failed ({stats.fatal.message}); "
-                                   "what it lacks is fetched straight into the dest")
+            log.warnings.append(f"node cache {node.root} failed ({stats.fatal.message}); "
+                                "what it lacks is fetched straight into the dest")
         return got, stats.bytes
 
     placed, rest = node.serve(plan, fetch, budget)
-    if fsyncs(durability):  # the links' new directories, durable before the state file names their files
+    if durable:  # the links' new directories, durable before the state file names their files
         from .fetch import sync_new_dirs
 
         sync_new_dirs({os.path.dirname(p.target) for ps in plan.fetch.values() for p in ps
                        if file_key(p.record.root, p.record.path) in placed}, roots, threads)
     plan.fetch = rest.fetch
-    report.node_linked, report.node_copied = node.report.linked, node.report.copied
-    report.node_fetched_bytes = node.report.fetched_bytes
-    report.warnings += node.report.warnings
-    return placed
-
-
-def _fill(report: HydrateReport, manifests: list[Manifest], stats: FetchStats, total: int) -> None:
-    report.manifests = [m.name for m in manifests]
-    report.files_total = total
-    report.files_fetched = stats.files
-    report.bytes_fetched = stats.bytes
-    report.files_verified_local = stats.verified_local
+    log.warnings += node.report.warnings
+    return placed, Work(node_linked=node.report.linked, node_copied=node.report.copied,
+                        node_fetched_bytes=node.report.fetched_bytes)

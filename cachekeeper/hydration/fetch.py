@@ -15,13 +15,15 @@ created are fsynced (through their parents) at the end, before the state file sa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import mmap
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +53,7 @@ _PART_MIB = checked_env("CACHEKEEPER_PART_MIB", PART_MIB)
 PART = int((32 if _PART_MIB is None else _PART_MIB) * (1 << 20))
 HASH_WINDOW = 8 << 20   # bytes of a part's read-back mapped at once (hydration/fetch._Parts._hash_back)
 GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway
+STOP_WAIT = 5.0   # seconds an interrupted hydrate waits for its workers to stop (each at its next chunk)
 T = TypeVar("T")
 
 
@@ -370,7 +373,7 @@ def _check_local(run: _FetchContext, p: Placement) -> bool:
 
 
 def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline: Deadline,
-          tick: Callable[[], None] | None = None) -> Iterator[tuple[T, object, BaseException | None]]:
+          tick: Callable[[], None] | None = None) -> Generator[tuple[T, object, BaseException | None], None, None]:
     """Run `fn` over `items` on daemon threads; yield (item, result, error) as each finishes. Stops
     waiting once the deadline (plus a grace for reads it already bounds) is gone: a stuck worker can
     never hold the boot, and it stops at its next chunk (`deadline.cancelled`)."""
@@ -380,33 +383,52 @@ def _pool(fn: Callable[[T], object], items: Iterable[T], threads: int, deadline:
         todo.put(it)
     done: queue.SimpleQueue[tuple[T, object, BaseException | None]] = queue.SimpleQueue()
 
-    def worker() -> None:
-        while not deadline.cancelled.is_set():
-            try:
-                it = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put((it, fn(it), None))
-            except BaseException as exc:  # handed to the caller's thread
-                done.put((it, None, exc))
+    stopped = threading.Semaphore(0)   # released by each worker as it ends
 
-    for _ in range(min(threads, len(items))):
-        threading.Thread(target=worker, name="ck-fetch", daemon=True).start()
-    for _ in range(len(items)):
-        while True:
-            left = deadline.left()
-            wait = 0.25 if left is None else max(0.0, min(0.25, left + GRACE))
-            try:
-                yield done.get(timeout=wait)
-                break
-            except queue.Empty:
-                if tick is not None:
-                    tick()
+    def worker() -> None:
+        try:
+            while not deadline.cancelled.is_set():
+                try:
+                    it = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put((it, fn(it), None))
+                except BaseException as exc:  # handed to the caller's thread
+                    done.put((it, None, exc))
+        finally:
+            stopped.release()
+
+    launched = 0
+    try:
+        for _ in range(min(threads, len(items))):
+            launched += 1
+            threading.Thread(target=worker, name="ck-fetch", daemon=True).start()
+        for _ in range(len(items)):
+            while True:
                 left = deadline.left()
-                if left is not None and left + GRACE <= 0:
-                    deadline.cancelled.set()
-                    raise HydrateIncomplete(f"the deadline of {deadline.seconds:g}s ran out") from None
+                wait = 0.25 if left is None else max(0.0, min(0.25, left + GRACE))
+                try:
+                    yield done.get(timeout=wait)
+                    break
+                except queue.Empty:
+                    if tick is not None:
+                        tick()
+                    left = deadline.left()
+                    if left is not None and left + GRACE <= 0:
+                        deadline.cancelled.set()
+                        raise HydrateIncomplete(f"the deadline of {deadline.seconds:g}s ran out") from None
+    except HydrateIncomplete:
+        raise   # the deadline: a stuck worker is left behind, never waited for
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM) or closed early by an error: the workers stop at their next item or
+        # chunk and are waited for (boundedly), so none opens a temp file after the caller swept them.
+        deadline.cancelled.set()
+        stop_by = time.monotonic() + STOP_WAIT
+        for _ in range(launched):
+            if not stopped.acquire(timeout=max(0.0, stop_by - time.monotonic())):
+                break
+        raise
 
 
 def execute(store: Store, plan: HydratePlan, threads: int = FETCH_THREADS, *, deadline: Deadline | None = None,
@@ -430,11 +452,13 @@ def _execute(run: _FetchContext, plan: HydratePlan, threads: int, tick: Callable
     stats = run.stats
     try:
         # Present-but-unknown files: keep them if their bytes are right, else fetch them too.
-        for p, ok, exc in _pool(lambda p: _check_local(run, p), plan.check, threads, run.deadline, tick):
-            if exc is not None:
-                raise exc
-            if not ok:
-                plan.fetch.setdefault(p.record.blob, []).append(p)
+        with contextlib.closing(_pool(lambda p: _check_local(run, p), plan.check, threads, run.deadline, tick)) \
+                as checked:
+            for p, ok, exc in checked:
+                if exc is not None:
+                    raise exc
+                if not ok:
+                    plan.fetch.setdefault(p.record.blob, []).append(p)
         jobs = sorted(plan.fetch.items(), key=lambda kv: -plan.blob_sizes[kv[0]])  # big ones first
         stats.files_planned = sum(len(ps) for ps in plan.fetch.values())
         stats.bytes_planned = plan.fetch_bytes
@@ -449,13 +473,17 @@ def _execute(run: _FetchContext, plan: HydratePlan, threads: int, tick: Callable
                 fn = _fetch_pack if plan.blob_packed[digest] else _fetch_single
                 tasks.append((digest, functools.partial(fn, run, digest, size, members)))
 
-        for (digest, _), _, exc in _pool(lambda task: task[1](), tasks, threads, run.deadline, tick):
-            if exc is not None:
-                _record_failure(stats, digest, exc)
-            if tick is not None:
-                tick()
+        with contextlib.closing(_pool(lambda task: task[1](), tasks, threads, run.deadline, tick)) as fetched:
+            for (digest, _), _, exc in fetched:
+                if exc is not None:
+                    _record_failure(stats, digest, exc)
+                if tick is not None:
+                    tick()
     except HydrateIncomplete:
         stats.timed_out = True
+    except BaseException:
+        run.committer.drain(STOP_WAIT)   # what was verified is renamed now, never after the caller looked
+        raise
     left = run.deadline.left()
     run.committer.drain(None if left is None else max(0.0, left) + GRACE)
     if isinstance(run.committer.error, CachekeeperError):  # an unwritable destination

@@ -31,7 +31,6 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from ..errors import DestinationError, LockBusy
 from ..format.manifest import FileRecord
@@ -40,13 +39,12 @@ from ..fs.locks import FileLock, LiveTag, sweep_temp
 from ..fs.paths import ensure_dir, new_tag, sha256_file, temp_path
 from ..stores.reader import Deadline
 from .durability import NETWORK_FS, boot_id, fs_type
+from .options import LinkMode
 from .plan import HydratePlan, Placement
 from .state import NotARecord, PlacedFile, file_key, read_own
 
 NODE_VERSION = 1
 MARKER = "NODE-CACHE"
-LinkMode = Literal["auto", "reflink", "hardlink", "copy"]
-LINK_MODES: tuple[LinkMode, ...] = ("auto", "reflink", "hardlink", "copy")
 # execute(plan with node-cache targets, roots, tag) -> ("root/path" -> PlacedFile, bytes read from the store)
 Fetch = Callable[[HydratePlan, list[Path], str], tuple[dict[str, PlacedFile], int]]
 

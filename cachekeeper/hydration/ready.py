@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..fs.atomic import atomic_write_bytes
+from .options import ENV_FORMATS
 from .state import state_dir
 
 READY = "ready"
@@ -29,7 +30,7 @@ COMPLETE = "complete"
 ENV = "env"
 
 
-FORMATS = ("shell", "systemd")
+FORMATS = ENV_FORMATS
 
 
 def render(exports: Mapping[str, str], fmt: str = "shell") -> str:

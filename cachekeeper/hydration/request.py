@@ -10,11 +10,12 @@ backends and signing are imported only when used.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ..backends.host import HostToolchain, host_toolchain, pick_backend
 from ..errors import (
@@ -32,12 +33,10 @@ from .resolve import Pin, lockfile_store, read_lockfile
 
 if TYPE_CHECKING:
     from ..config import Config, MatrixEntry
-    from ..format.signing import PublicKey
     from ..stores.base import OnDemand, Store
-    from .durability import Durability
     from .engine import HydrateReport
     from .fetch import FetchStats
-    from .nodecache import LinkMode, NodeCache
+    from .options import HydrateOptions
 
 
 @dataclass(frozen=True)
@@ -72,15 +71,6 @@ def only_shapes(entries: list[MatrixEntry], shapes: Sequence[str], source: str) 
                           "add the shape to the config and prebuild it; static-shape backends compile per shape",
                           path=source)
     return [e for e in entries if e.spec.shape.label() in shapes]
-
-
-def trusted_keys(keys: Sequence[str], capture_keys: Sequence[str] = ()) -> tuple[PublicKey, ...]:
-    """Builder keys (`keys`) and capture keys, each with its role (signing.keyring)."""
-    if not keys and not capture_keys:
-        return ()
-    from ..format.signing import keyring
-
-    return keyring(keys, capture_keys)
 
 
 def default_dest(name: str) -> Path:
@@ -162,99 +152,61 @@ def _lock_mismatch(req: HydrateRequest) -> ToolchainMismatch | None:
                             path=req.lockfile, fingerprint=locked)
 
 
-@dataclass(frozen=True)
-class NodeSettings:
-    """The node-scale settings of one hydrate (flags, env or config; None: the config's, else off)."""
+def settled(config: Config | None, **given: object) -> HydrateOptions:
+    """The options one hydrate runs with: the config's `hydrate:` section, with each setting the caller
+    gives (a flag, an env var, an API argument; None: not given) over it. The CLI and the API both call
+    this, so a setting resolves the same way from either."""
+    from .options import HydrateOptions
 
-    node_cache: str | None = None
-    node_cache_link: str = "auto"
-    node_cache_max_bytes: int | None = None
-    max_bytes: int | None = None
-    durability: str | None = None
-    ready_after: int | None = None
-    env_file: str | None = None
-    env_format: str = "shell"
-
-    def over(self, config: Config | None) -> NodeSettings:
-        if config is None:
-            return self
-        return NodeSettings(
-            node_cache=self.node_cache or config.hydrate_node_cache, node_cache_link=self.node_cache_link,
-            node_cache_max_bytes=self.node_cache_max_bytes or config.hydrate_node_cache_max_bytes,
-            max_bytes=self.max_bytes or config.hydrate_max_bytes,
-            durability=self.durability or config.hydrate_durability,
-            ready_after=self.ready_after or config.hydrate_ready_after, env_file=self.env_file,
-            env_format=self.env_format)
+    return (config.hydrate if config is not None else HydrateOptions()).over(**given)
 
 
-def run_request(req: HydrateRequest, *, verify: bool = False, require_all: bool = False, threads: int = 16,
-                trusted: Sequence[str] = (), deadline: float | None = None, best_effort: bool = False,
-                capture_keys: Sequence[str] = (),
-                progress: Callable[[FetchStats], None] | None = None,
-                node: NodeSettings | None = None) -> tuple[HydrateReport, dict[str, str]]:
-    """Hydrate what `req` asks for; (the report, the env that points the runtime at the dir). The config's
-    hydrate settings apply unless the caller sets them.
+def run_request(req: HydrateRequest, options: HydrateOptions,
+                progress: Callable[[FetchStats], None] | None = None) -> tuple[HydrateReport, dict[str, str]]:
+    """Hydrate what `req` asks for, as `options` say (`settled`: the config's, with the caller's over
+    them); (the report, the env that points the runtime at the dir).
 
     With `ready_after` N (hot first), the first N wanted entries are hydrated, then the env and the ready
     marker are written (hydration/ready.py, in the dest's own `.cachekeeper/`), then the rest, in this
     process; `complete` follows."""
-    from .. import bounds
     from .destdir import claim_layout
-    from .durability import DEFAULT, fsyncs
-    from .engine import HydrateReport, hydrate
+    from .engine import HydrateReport, Outcome, Target, hydrate
 
     tc, config = req.toolchain, req.config
-    # The CLI's flags were checked by click; the Python API's arguments are checked here, with the same bounds.
-    threads = int(bounds.checked(threads, bounds.THREADS, "hydrate(threads=...)"))
-    if deadline is not None:
-        deadline = float(bounds.checked(deadline, bounds.DEADLINE, "hydrate(deadline=...)"))
-    best_effort = best_effort or bool(config and config.hydrate_best_effort)
-    if best_effort and require_all:
-        raise UsageError("require-all (fail on any miss) and best effort (the flag, env CACHEKEEPER_BEST_EFFORT or "
-                         "the config's hydrate.best_effort) contradict each other; drop one")
-    deadline = deadline if deadline is not None else (config.hydrate_deadline if config else None)
-    settings = (node or NodeSettings()).over(config)
     served = served_path(req.dest, tc)
     exports = tc.backend.env_exports(served)  # before any download: it refuses env that ignores the dir
-    if settings.ready_after and req.pins is None:
+    if options.ready_after and req.pins is None:
         raise UsageError("hot first (ready after N entries) needs the wanted entries in order: a config or a "
                          "lockfile names them, a listing of the store does not")
     mismatch = _lock_mismatch(req)
     if mismatch is not None or req.unreadable:
-        if mismatch is not None and not best_effort:
+        if mismatch is not None and not options.best_effort:
             raise mismatch
         why = mismatch.message if mismatch is not None else req.unreadable
-        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=why), exports
-    _refuse_overlap(settings.node_cache, served.parent)
+        return HydrateReport.of(served, tc.fingerprint.id, Outcome(incomplete=why)), exports
+    _refuse_overlap(options.node_cache, served.parent)
     layout_warnings: list[str] = []
     try:
-        claim_layout(served.parent, tc.fingerprint.id, tc.name, lock_timeout=600.0 if deadline is None else deadline,
-                     warnings=layout_warnings)
+        claim_layout(served.parent, tc.fingerprint.id, tc.name,
+                     lock_timeout=600.0 if options.deadline is None else options.deadline, warnings=layout_warnings)
     except (LockBusy, DestStateError) as exc:   # the dest lock held past the deadline, records unusable
-        if not best_effort:
+        if not options.best_effort:
             raise
-        return HydrateReport(dest=served, fingerprint_id=tc.fingerprint.id, incomplete=exc.message), exports
-    durability = cast("Durability", settings.durability or DEFAULT)
-    keys = trusted_keys(trusted, capture_keys)
+        return HydrateReport.of(served, tc.fingerprint.id, Outcome(incomplete=exc.message)), exports
+    target = Target(tc.fingerprint, served, extra_roots=tc.backend.extra_roots(tc.options), models=req.models,
+                    captured=config is None or config.capture_publish)
     with store_on_demand(req.store_url, config) as get:   # one store, one client, for every step below
         def run(pins: list[Pin] | None) -> HydrateReport:
-            return hydrate(open_store=get, lent=True, fingerprint=tc.fingerprint, dest=served,
-                           extra_roots=tc.backend.extra_roots(tc.options), pins=pins,
-                           models=set(req.models) if req.models else None, verify=verify, require_all=require_all,
-                           threads=threads, trusted=keys, deadline=deadline, best_effort=best_effort,
-                           progress=progress, durability=durability,
-                           node_cache=_node_cache(settings, fsyncs(durability), verify),
-                           max_bytes=settings.max_bytes, captured=config is None or config.capture_publish)
+            return hydrate(dataclasses.replace(target, pins=pins), options, get, progress, lent=True)
 
         try:
-            report, exports = _run_phases(req, settings, served, exports, get, run)
+            report, exports = _run_phases(req, options, served, exports, get, run)
         except NothingToHydrate as exc:
             if req.lockfile is None:
                 raise
             raise type(exc)(f"{exc.message} (the manifests lockfile {req.lockfile} pins)", exc.hint,
                             **exc.fields) from None
-    report.warnings[:0] = layout_warnings
-    return report, exports
+    return report.with_warnings_first(layout_warnings), exports
 
 
 def _refuse_overlap(node_cache: str | None, dest: Path) -> None:
@@ -274,31 +226,28 @@ def _refuse_overlap(node_cache: str | None, dest: Path) -> None:
                                path=node_cache)
 
 
-def _run_phases(req: HydrateRequest, settings: NodeSettings, served: Path, exports: dict[str, str],
+def _run_phases(req: HydrateRequest, options: HydrateOptions, served: Path, exports: dict[str, str],
                 get: Callable[[], Store], run: Callable[[list[Pin] | None], HydrateReport]) \
         -> tuple[HydrateReport, dict[str, str]]:
     """Hot first (the first `ready_after` entries, then the ready marker), then everything wanted."""
     from . import ready
 
     top = served.parent   # the ready markers sit in the dest's own .cachekeeper/, beside layout.json
-    marked = bool(settings.ready_after or settings.env_file)
-    env_file = Path(settings.env_file) if settings.env_file else None
-    env_text = ready.render(exports, settings.env_format)
+    marked = bool(options.ready_after or options.env_file)
+    env_file = Path(options.env_file) if options.env_file else None
+    env_text = ready.render(exports, options.env_format)
     if marked:
         ready.clear(top)
     first: HydrateReport | None = None
     pins = req.pins
     hot_warnings: list[str] = []
-    if settings.ready_after and pins is not None and settings.ready_after < len(pins):
-        pins, hot_warnings = _hot_first(req, pins, served, get)
-        first = run(pins[:settings.ready_after])
+    if options.ready_after and pins is not None and options.ready_after < len(pins):
+        pins, hot_warnings = _hot_first(req, options.hot_reports, pins, served, get)
+        first = run(pins[:options.ready_after])
         ready.mark(top, ready.READY, first.manifests, env_text, env_file)
     report = run(pins)
     if first is not None:   # one report for the command: the work of both phases
-        report.ready_seconds = first.seconds
-        for name in _SUMMED:
-            setattr(report, name, getattr(report, name) + getattr(first, name))
-        report.warnings = hot_warnings + first.warnings + [w for w in report.warnings if w not in first.warnings]
+        report = report.after(first, hot_warnings)
     if marked:
         if first is None:
             ready.mark(top, ready.READY, report.manifests, env_text, env_file)
@@ -306,18 +255,12 @@ def _run_phases(req: HydrateRequest, settings: NodeSettings, served: Path, expor
     return report, exports
 
 
-# What the two phases of hot first each did, added up in the command's report (the second phase's own
-# counts would hide what the first fetched).
-_SUMMED = ("seconds", "files_fetched", "bytes_fetched", "files_verified_local", "retries", "node_linked",
-           "node_copied", "node_fetched_bytes")
-
-
 def _model_priorities(config: Config) -> dict[str, int]:
     """Each model's `priority:` (the config's hot order: higher first)."""
     return {m.model.name: m.priority for m in config.models}
 
 
-def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path, get: Callable[[], Store]) \
+def _hot_first(req: HydrateRequest, reports: int, pins: list[Pin], served: Path, get: Callable[[], Store]) \
         -> tuple[list[Pin], list[str]]:
     """`pins` hottest first (hydration/hot.py): the config's priority, then the calls this toolchain's recent
     miss reports counted (one listing, only when a config names the shapes), then this dest's last use."""
@@ -333,18 +276,8 @@ def _hot_first(req: HydrateRequest, pins: list[Pin], served: Path, get: Callable
         priority = {e.spec.key: prio.get(e.spec.model, 0) for e in entries}
         shapes = {e.spec.key: (e.spec.model, e.spec.shape.height, e.spec.shape.width, e.spec.shape.batch)
                   for e in entries}
-        if config.hydrate_hot_reports:
-            calls, warnings = hot.read_calls(get, tc.fingerprint.id, shapes,
-                                             config.hydrate_hot_reports)
+        if reports:
+            calls, warnings = hot.read_calls(get, tc.fingerprint.id, shapes, reports)
     rank = {n: i for i, n in enumerate(hot.order(list(dict.fromkeys(p.name for p in pins)), priority, calls,
                                                  usage.last_uses(served)))}
     return sorted(pins, key=lambda p: rank[p.name]), warnings
-
-
-def _node_cache(settings: NodeSettings, durable: bool, verify: bool) -> NodeCache | None:
-    if not settings.node_cache:
-        return None
-    from .nodecache import NodeCache
-
-    return NodeCache(Path(settings.node_cache).absolute(), cast("LinkMode", settings.node_cache_link),
-                     durable=durable, verify=verify, max_bytes=settings.node_cache_max_bytes)

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
-from cachekeeper.hydration.engine import HydrateReport
+from cachekeeper.hydration.engine import HydrateReport, Target
+from cachekeeper.hydration.options import HydrateOptions
 
 
 @pytest.fixture
 def seen(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The keyword arguments of every `hydrate` the CLI calls; each call "places" what its pins name."""
+    """The target's and the options' fields of every engine `hydrate` the CLI calls, as one dict per call;
+    each call "places" what its pins name."""
     calls: list[dict[str, Any]] = []
 
-    def spy(**kw: Any) -> HydrateReport:
-        calls.append(kw)
-        return HydrateReport(dest=kw["dest"], fingerprint_id="f", manifests=[p.name for p in kw["pins"] or ()])
+    def spy(target: Target, options: HydrateOptions, *args: Any, **kw: Any) -> HydrateReport:
+        calls.append({**vars(target), **asdict(options)})
+        return HydrateReport(dest=target.dest, fingerprint_id="f", manifests=[p.name for p in target.pins or ()])
 
     monkeypatch.setattr(sys.modules["cachekeeper.hydration.engine"], "hydrate", spy)
     return calls

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.hydration.engine import HydrateReport, hydrate
+from cachekeeper.hydration.engine import HydrateReport, Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish import snapshot
 from cachekeeper.publish.upload import publish
@@ -35,9 +38,9 @@ def publish_tree(store: Store, root: Path, monkeypatch: pytest.MonkeyPatch, *, m
                    include=lambda root, rel, path: True).manifest
 
 
-def hydrate_into(open_store: object, dest: Path, names: list[str], **kw: object) -> HydrateReport:
-    return hydrate(open_store=open_store, fingerprint=fingerprint(), dest=dest, extra_roots={},  # type: ignore[arg-type]
-                   pins=[Pin(n) for n in names], **kw)  # type: ignore[arg-type]
+def hydrate_into(open_store: Callable[[], Store], dest: Path, names: list[str], **settings: Any) -> HydrateReport:
+    """Hydrate the entries `names` into `dest` with the fake toolchain; `settings` are HydrateOptions fields."""
+    return hydrate(Target(fingerprint(), dest, [Pin(n) for n in names]), HydrateOptions(**settings), open_store)
 
 
 def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:

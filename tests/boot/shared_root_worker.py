@@ -15,7 +15,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.engine import Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
@@ -43,9 +44,8 @@ def main(store: str, shared: str, workdir: str, index: str, rounds: str, name: s
             time.sleep(0.005)
         time.sleep(0.02 * int(index))  # staggered: some sweep while others write
         try:
-            hydrate(open_store=lambda: SlowStore(Path(store)), fingerprint=fingerprint(),
-                    dest=work / f"dest-{r}-{index}", extra_roots={"shared": Path(shared)}, pins=[Pin(name)],
-                    threads=4)
+            hydrate(Target(fingerprint(), work / f"dest-{r}-{index}", [Pin(name)], {"shared": Path(shared)}),
+                    HydrateOptions(threads=4), lambda: SlowStore(Path(store)))
             (work / f"done-{r}-{index}").write_text("ok")
         except BaseException as exc:  # reported to the test, which fails with it
             (work / f"fail-{r}-{index}").write_text(f"{exc!r}\n{traceback.format_exc()}")

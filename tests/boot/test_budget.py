@@ -156,11 +156,13 @@ print(base // 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 
 class InterruptingStore(FileStore):
     """Ctrl-C lands while the hydrate waits for its first blob (the store is wedged): the interrupt reaches
-    the main thread as it would from a terminal; the wedged read then gives up."""
+    the main thread as it would from a terminal; each wedged read gives up after half a second, its temp
+    file open until then, and a worker left running would start the next blob (a new temp file)."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.interrupted = threading.Event()
+        self.blob_reads = 0
 
     def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
                    connect_timeout: float) -> Body:
@@ -168,6 +170,8 @@ class InterruptingStore(FileStore):
             import _thread
 
             from cachekeeper.errors import StoreError
+
+            self.blob_reads += 1
 
             if not self.interrupted.is_set():
                 self.interrupted.set()
@@ -183,8 +187,13 @@ def test_a_hydrate_interrupted_before_it_placed_anything_leaves_no_claim(
     store = InterruptingStore(root)
     dest = tmp_path / "dest"
     with pytest.raises(KeyboardInterrupt):
-        hydrate_into(lambda: store, dest, [name])
+        # 2 workers for 20 blobs: left running, they would open temp files for seconds after the interrupt.
+        hydrate_into(lambda: store, dest, [name], threads=2)
     assert store.interrupted.is_set()
+    # The interrupted hydrate stopped its workers before it re-raised: none starts another blob later.
+    reads = store.blob_reads
+    time.sleep(1.0)
+    assert store.blob_reads == reads
     # No state names a toolchain for the dir, so another toolchain may use it; nothing else is left.
     assert not (dest / ".cachekeeper" / "state.json").exists()
     assert read_tree(dest) == {}

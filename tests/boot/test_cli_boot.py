@@ -4,6 +4,7 @@ a boot log gets, and the progress line a terminal gets."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ from click.testing import CliRunner
 from cachekeeper.cli.hydrate_output import progress_line, summarize
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
-from cachekeeper.hydration.engine import HydrateReport
+from cachekeeper.hydration.engine import HydrateReport, Target
 from cachekeeper.hydration.fetch import FetchStats
+from cachekeeper.hydration.options import HydrateOptions
 from tests.fakes import ENABLE
 
 CONFIG = """
@@ -50,9 +52,9 @@ def test_the_config_sets_the_deadline_and_best_effort_and_the_flag_wins(
     hydrate_module = sys.modules["cachekeeper.hydration.engine"]
     seen: list[dict[str, Any]] = []
 
-    def spy(**kw: Any) -> HydrateReport:
-        seen.append(kw)
-        return HydrateReport(dest=kw["dest"], fingerprint_id="f", incomplete="the deadline of 7s ran out")
+    def spy(target: Target, options: HydrateOptions, *args: Any, **kw: Any) -> HydrateReport:
+        seen.append(asdict(options))
+        return HydrateReport(dest=target.dest, fingerprint_id="f", incomplete="the deadline of 7s ran out")
 
     monkeypatch.setattr(hydrate_module, "hydrate", spy)
     result = _invoke(tmp_path, "--config", str(config), "--dest", str(tmp_path / "d"), "--print-env")

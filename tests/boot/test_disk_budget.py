@@ -104,8 +104,8 @@ def test_gc_node_cache_evicts_only_blobs_no_dest_links(
 
     store, (a, b), (ta, tb) = two
     node = tmp_path / "node"
-    hydrate_into(lambda: store, tmp_path / "da", [a.name], node_cache=NodeCache(node, link="hardlink"))
-    hydrate_into(lambda: store, tmp_path / "db", [b.name], node_cache=NodeCache(node, link="hardlink"))
+    hydrate_into(lambda: store, tmp_path / "da", [a.name], node_cache=str(node), node_cache_link="hardlink")
+    hydrate_into(lambda: store, tmp_path / "db", [b.name], node_cache=str(node), node_cache_link="hardlink")
     shutil.rmtree(tmp_path / "da")
     result = _gc("--node-cache", str(node), "--max-bytes", "1", "--run")
     assert result.exit_code == 0, result.output

@@ -85,7 +85,6 @@ def test_a_fsync_run_keeping_files_of_a_boot_run_still_speaks_only_for_this_boot
 
 def test_fsync_with_a_node_cache_makes_the_links_durable_before_the_state_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.hydration.nodecache import NodeCache
 
     from .helpers import record_fsyncs
 
@@ -94,8 +93,8 @@ def test_fsync_with_a_node_cache_makes_the_links_durable_before_the_state_file(
     m = publish_tree(store, write_tree(tmp_path / "build", files), monkeypatch)
     synced = record_fsyncs(monkeypatch)
     dest = tmp_path / "d"
-    hydrate_into(lambda: store, dest, [m.name], durability="fsync", node_cache=NodeCache(tmp_path / "node",
-                                                                                          link="hardlink"))
+    hydrate_into(lambda: store, dest, [m.name], durability="fsync", node_cache=str(tmp_path / "node"),
+                 node_cache_link="hardlink")
     assert read_tree(dest) == files
     state_at = len(synced) - 1 - synced[::-1].index(str(dest / ".cachekeeper"))  # the final state file's rename
     parents = {str((dest / rel).parent) for rel in files} | {str(dest / "p"), str(dest / "b")}

@@ -10,6 +10,7 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,16 +60,17 @@ def published(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Published:
     return store, files, m.name
 
 
-def _node(tmp_path: Path, **kw: object) -> NodeCache:
-    return NodeCache(tmp_path / "node", **kw)  # type: ignore[arg-type]
+def _via(tmp_path: Path, link: str = "auto", max_bytes: int | None = None) -> dict[str, Any]:
+    """The hydrate settings that fill a dest through the node cache at `tmp_path/node`."""
+    return {"node_cache": str(tmp_path / "node"), "node_cache_link": link, "node_cache_max_bytes": max_bytes}
 
 
 def test_a_second_dest_on_the_node_reads_nothing_from_the_store_and_shares_read_only_copies(
         published: Published, tmp_path: Path) -> None:
     store, files, name = published
-    first = hydrate_into(lambda: store, tmp_path / "d1", [name], node_cache=_node(tmp_path, link="hardlink"))
+    first = hydrate_into(lambda: store, tmp_path / "d1", [name], **_via(tmp_path, link="hardlink"))
     served = store.served
-    second = hydrate_into(lambda: store, tmp_path / "d2", [name], node_cache=_node(tmp_path, link="hardlink"))
+    second = hydrate_into(lambda: store, tmp_path / "d2", [name], **_via(tmp_path, link="hardlink"))
     assert read_tree(tmp_path / "d1") == read_tree(tmp_path / "d2") == files
     assert served > 0 and store.served == served          # the second hydrate fetched no blob
     assert first.node_fetched_bytes > 0 and second.node_fetched_bytes == 0
@@ -82,13 +84,13 @@ def test_a_symlink_swapped_in_for_a_dest_file_is_replaced_by_the_shared_copy_nev
         published: Published, tmp_path: Path) -> None:
     store, files, name = published
     dest = tmp_path / "d1"
-    hydrate_into(lambda: store, dest, [name], node_cache=_node(tmp_path, link="hardlink"))
+    hydrate_into(lambda: store, dest, [name], **_via(tmp_path, link="hardlink"))
     rel = sorted(files)[0]
     outside = tmp_path / "outside"
     outside.write_bytes(b"not yours")
     (dest / rel).unlink()
     (dest / rel).symlink_to(outside)
-    again = hydrate_into(lambda: store, dest, [name], node_cache=_node(tmp_path, link="hardlink"))
+    again = hydrate_into(lambda: store, dest, [name], **_via(tmp_path, link="hardlink"))
     assert outside.read_bytes() == b"not yours"
     st = os.lstat(dest / rel)
     assert stat.S_ISREG(st.st_mode) and st.st_nlink >= 2 and (dest / rel).read_bytes() == files[rel]
@@ -103,7 +105,7 @@ def test_concurrent_hydrates_fetch_each_blob_from_the_store_once(
 
     def one(i: int) -> None:
         try:
-            hydrate_into(lambda: store, tmp_path / f"d{i}", [name], node_cache=_node(tmp_path, link="hardlink"))
+            hydrate_into(lambda: store, tmp_path / f"d{i}", [name], **_via(tmp_path, link="hardlink"))
         except BaseException as exc:
             errors.append(exc)
 
@@ -124,7 +126,7 @@ def test_as_root_without_reflink_dests_get_copies_and_one_line_says_so(
     store, files, name = published
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(nodecache, "_can_reflink", lambda a, b: False)
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path))
     assert read_tree(tmp_path / "d") == files and report.node_copied == len(files)
     assert [w for w in report.warnings if "copied into the dest" in w] == report.warnings and len(report.warnings) == 1
     assert all(os.lstat(tmp_path / "d" / rel).st_nlink == 1 for rel in files)   # never the shared inode
@@ -141,7 +143,7 @@ def test_a_node_cache_on_another_filesystem_falls_back_to_copies_reported_once(
         real_link(src, dst, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "link", link)
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path, link="hardlink"))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path, link="hardlink"))
     assert read_tree(tmp_path / "d") == files and report.node_copied == len(files)
     assert len(report.warnings) == 1 and "on another filesystem" in report.warnings[0]
 
@@ -149,12 +151,11 @@ def test_a_node_cache_on_another_filesystem_falls_back_to_copies_reported_once(
 def test_bytes_changed_behind_our_back_are_discarded_and_fetched_again(
         published: Published, tmp_path: Path) -> None:
     store, files, name = published
-    node = _node(tmp_path, link="copy")
-    hydrate_into(lambda: store, tmp_path / "d1", [name], node_cache=node)
+    hydrate_into(lambda: store, tmp_path / "d1", [name], **_via(tmp_path, link="copy"))
     victim = next(p for p in (tmp_path / "node" / "objects").rglob("*") if p.is_file() and not p.suffix)
     os.chmod(victim, 0o644)
     victim.write_bytes(b"tampered")
-    report = hydrate_into(lambda: store, tmp_path / "d2", [name], node_cache=_node(tmp_path, link="copy"))
+    report = hydrate_into(lambda: store, tmp_path / "d2", [name], **_via(tmp_path, link="copy"))
     assert read_tree(tmp_path / "d2") == files
     assert len(report.warnings) == 1 and "changed behind our back" in report.warnings[0]
     assert nodecache.sha256_file(victim) == victim.name     # the node cache holds the right bytes again
@@ -168,7 +169,7 @@ def test_a_read_only_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
     node = str(tmp_path / "node")
     monkeypatch.setattr(os, "access", lambda p, m: False if os.fspath(p).startswith(node) and m == os.W_OK
                         else real_access(p, m))
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path))
     assert read_tree(tmp_path / "d") == files and report.node_linked == report.node_copied == 0
     assert report.warnings == [f"node cache {tmp_path / 'node'} is read-only; hydrating without it"]
 
@@ -176,7 +177,7 @@ def test_a_read_only_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
 def test_a_full_node_cache_is_reported_and_the_hydrate_goes_on_without_it(
         published: Published, tmp_path: Path) -> None:
     store, files, name = published
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path, max_bytes=1000))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path, max_bytes=1000))
     assert read_tree(tmp_path / "d") == files and report.node_fetched_bytes == 0
     assert len(report.warnings) == 1 and "cannot fit" in report.warnings[0]
     assert not [p for p in (tmp_path / "node" / "objects").rglob("*") if p.is_file()]
@@ -187,7 +188,7 @@ def test_a_node_cache_on_a_network_filesystem_is_refused(
     store, _, name = published
     monkeypatch.setattr(nodecache, "fs_type", lambda p: "nfs4")
     with pytest.raises(DestinationError, match="is on nfs4, a network filesystem; a node cache is per node"):
-        hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+        hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path))
 
 
 def test_deleting_a_dest_keeps_the_shared_copy_and_gc_evicts_only_what_no_dest_links(
@@ -195,9 +196,9 @@ def test_deleting_a_dest_keeps_the_shared_copy_and_gc_evicts_only_what_no_dest_l
     import shutil
 
     store, files, name = published
-    hydrate_into(lambda: store, tmp_path / "d1", [name], node_cache=_node(tmp_path, link="hardlink"))
-    hydrate_into(lambda: store, tmp_path / "d2", [name], node_cache=_node(tmp_path, link="hardlink"))
-    node = _node(tmp_path)
+    hydrate_into(lambda: store, tmp_path / "d1", [name], **_via(tmp_path, link="hardlink"))
+    hydrate_into(lambda: store, tmp_path / "d2", [name], **_via(tmp_path, link="hardlink"))
+    node = NodeCache(tmp_path / "node")
     size = node.size()
     shutil.rmtree(tmp_path / "d1")
     assert node.size() == size and node.evict(size) == 0          # d2 still links every object
@@ -216,7 +217,7 @@ def test_a_node_cache_on_a_full_disk_is_reported_and_the_hydrate_goes_on_without
             self.f_frsize, self.f_bavail = st.f_frsize, 1
 
     monkeypatch.setattr(os, "statvfs", lambda p: Full(real(p)) if "/node/" in os.fspath(p) + "/" else real(p))
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path))
     assert read_tree(tmp_path / "d") == files and report.node_fetched_bytes == 0
     assert len(report.warnings) == 1 and f"node cache {tmp_path / 'node'} is full (0 MiB free" in report.warnings[0]
 
@@ -234,7 +235,7 @@ def test_a_node_cache_that_fills_up_midway_is_reported_and_the_dest_is_still_com
             super().__init__(path, tag, writeback=writeback)
 
     monkeypatch.setattr(fetch, "AtomicFile", NoSpace)
-    report = hydrate_into(lambda: store, tmp_path / "d", [name], node_cache=_node(tmp_path))
+    report = hydrate_into(lambda: store, tmp_path / "d", [name], **_via(tmp_path))
     assert read_tree(tmp_path / "d") == files
     assert len(report.warnings) == 1 and "No space left on device" in report.warnings[0]
     assert not [p for p in (tmp_path / "node" / "objects").rglob("*") if p.is_file()]

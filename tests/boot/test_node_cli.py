@@ -96,9 +96,9 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     markers_at_start = []
     real = sys.modules["cachekeeper.hydration.engine"].hydrate
 
-    def watch(**kw: Any) -> HydrateReport:
+    def watch(*args: Any, **kw: Any) -> HydrateReport:
         markers_at_start.append((dest / ".cachekeeper" / "ready").exists())
-        return real(**kw)  # type: ignore[no-any-return]
+        return real(*args, **kw)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(sys.modules["cachekeeper.hydration.engine"], "hydrate", watch)
     result = _invoke(tmp_path, "--config", str(_config(tmp_path, "durability: both, node_cache: nc")),
@@ -109,7 +109,7 @@ def test_priority_orders_the_pins_and_ready_after_hydrates_the_hot_ones_first(
     config = parse_config((tmp_path / "ck.yaml").read_text(), str(tmp_path / "ck.yaml"))
     hot = [e.spec.key for e in config.entries(models={"hot"})]
     assert [p.name for p in first["pins"]] == hot     # `priority: 5` beats the config's order
-    assert full["durability"] == "both" and full["node_cache"].root == tmp_path / "nc"
+    assert full["durability"] == "both" and full["node_cache"] == str(tmp_path / "nc")
     assert markers_at_start == [False, True]     # cleared first; written after the hot entries, before the rest
     assert (dest / ".cachekeeper" / "ready").exists() and (dest / ".cachekeeper" / "complete").exists()
     assert "export FAKE_CACHE_DIR=" in (tmp_path / "ck.env").read_text()

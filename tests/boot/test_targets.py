@@ -53,7 +53,7 @@ def test_a_validly_signed_manifest_of_another_entry_at_this_key_is_refused(tmp_p
     where = store.root / "manifests" / fingerprint().id
     (where / f"{a}.json").write_bytes((where / f"{b}.json").read_bytes())  # signed, valid, and not a
     with pytest.raises(IntegrityError, match=f"holds manifest {b}, not {a}"):
-        hydrate_into(lambda: store, tmp_path / "d", [a], trusted=(key.public,))
+        hydrate_into(lambda: store, tmp_path / "d", [a], trusted_keys=(str(key.public),))
     assert read_tree(tmp_path / "d") == {} and store.blob_reads == 0
 
 

@@ -6,13 +6,15 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
 from cachekeeper.format.layout import blob_key
 from cachekeeper.format.manifest import Manifest
-from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.engine import HydrateReport, Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.plan import coalesce, plan_hydrate
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish import snapshot
@@ -30,9 +32,9 @@ def _publish(store: FileStore, root: Path, toolchain: str = "1", model: str = "t
                    include=lambda root, rel, path: True).manifest
 
 
-def _hydrate(store: FileStore, dest: Path, toolchain: str = "1", pins: list[Pin] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-    return hydrate(open_store=lambda: store, fingerprint=fingerprint(toolchain), dest=dest, extra_roots={},
-                   pins=pins, **kw)  # type: ignore[arg-type]
+def _hydrate(store: FileStore, dest: Path, toolchain: str = "1", pins: list[Pin] | None = None,
+             **settings: Any) -> HydrateReport:
+    return hydrate(Target(fingerprint(toolchain), dest, pins), HydrateOptions(**settings), lambda: store)
 
 
 @pytest.fixture()
@@ -58,8 +60,8 @@ def test_a_repeat_hydrate_of_a_lockfile_is_a_noop_that_does_not_open_the_store(
     def no_store() -> FileStore:
         raise AssertionError("the store was opened on a no-op hydrate")
 
-    report = hydrate(open_store=no_store, fingerprint=fingerprint(), dest=tmp_path / "dest", extra_roots={},
-                     pins=[Pin(published.name, published.digest)])
+    report = hydrate(Target(fingerprint(), tmp_path / "dest", [Pin(published.name, published.digest)]),
+                     HydrateOptions(), no_store)
     assert report.noop and report.files_total == len(BUILD)
 
 
@@ -74,8 +76,7 @@ def test_a_repeat_hydrate_whose_store_is_down_is_still_a_noop(store: FileStore, 
     def down() -> FileStore:
         raise StoreUnreachable("the endpoint does not answer")
 
-    report = hydrate(open_store=down, fingerprint=fingerprint(), dest=tmp_path / "dest", extra_roots={},
-                     pins=[Pin(published.name)])
+    report = hydrate(Target(fingerprint(), tmp_path / "dest", [Pin(published.name)]), HydrateOptions(), down)
     assert report.noop and report.files_total == len(BUILD)
 
 
@@ -238,8 +239,6 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
     import sys
     import time
 
-    from cachekeeper.hydration.nodecache import NodeCache
-
     files = {f"d/{i:03d}": os.urandom(snapshot.SMALL_FILE + i) for i in range(12)}  # 12 standalone blobs
     m = _publish(store, write_tree(tmp_path / "b", files))
     dest, node = tmp_path / "dest", tmp_path / "node"
@@ -247,7 +246,8 @@ def test_kill_9_during_hydrate_loses_nothing_and_the_rerun_completes(store: File
 import time
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
-from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.engine import Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.format.fingerprint import Fingerprint
 
@@ -263,11 +263,10 @@ class Slow(FileStore):
         body.chunks = slow
         return body
 
-from cachekeeper.hydration.nodecache import NodeCache
-node = NodeCache(Path({str(node)!r}), link="hardlink") if {node_cache!r} else None
 store = Slow(Path({str(store.root)!r}))
-hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchain": "1"}}),
-        dest=Path({str(dest)!r}), extra_roots={{}}, pins=[Pin({m.name!r})], threads=2, node_cache=node)
+node = dict(node_cache={str(node)!r}, node_cache_link="hardlink") if {node_cache!r} else {{}}
+hydrate(Target(Fingerprint.of("fake", {{"toolchain": "1"}}), Path({str(dest)!r}), [Pin({m.name!r})]),
+        HydrateOptions(threads=2, **node), lambda: store)
 """
     proc = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 30
@@ -289,8 +288,8 @@ hydrate(open_store=lambda: store, fingerprint=Fingerprint.of("fake", {{"toolchai
     else:
         assert 0 < len(visible) < len(files)
     t0 = time.monotonic()
-    report = _hydrate(store, dest, pins=[Pin(m.name)], node_cache=NodeCache(node, link="hardlink") if node_cache
-                      else None)
+    report = _hydrate(store, dest, pins=[Pin(m.name)],
+                      **(dict(node_cache=str(node), node_cache_link="hardlink") if node_cache else {}))
     assert time.monotonic() - t0 < 20        # no lock outlived its dead holder
     assert read_tree(dest) == files
     assert not list(dest.rglob("*.ck-tmp")) and not list(node.rglob("*.ck-tmp"))

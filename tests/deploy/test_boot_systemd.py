@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cachekeeper.cli.boot import render
+from cachekeeper.hydration.ready import render
 
 from .conftest import SYSTEMD, env_file, unit_values
 

@@ -20,7 +20,8 @@ import yaml
 
 from cachekeeper.admin.gc import plan_gc, run_gc
 from cachekeeper.admin.verify import repair, verify_store
-from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.engine import Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.publish.upload import publish
 from cachekeeper.reports.miss import build_report, write_report
 from cachekeeper.runtime.miss_watch import CallRecord
@@ -136,7 +137,7 @@ def as_builder(store: RecordingStore, tmp: Path) -> None:
 
 def as_server(store: RecordingStore, tmp: Path) -> None:
     fp = FakeBackend().fingerprint({})
-    hydrate(open_store=lambda: store, fingerprint=fp, dest=tmp / "dest", extra_roots={})
+    hydrate(Target(fp, tmp / "dest"), HydrateOptions(), lambda: store)
     record = CallRecord("tiny", 64, 96, 1, None, None, True, 3, 2.0, 1.7e9)
     write_report(store, build_report([record], fp.id, "fake"))
 

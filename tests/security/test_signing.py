@@ -12,7 +12,8 @@ from cachekeeper.errors import IntegrityError, UsageError
 from cachekeeper.format.layout import signature_key
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.format.signing import PublicKey, SigningKey
-from cachekeeper.hydration.engine import hydrate
+from cachekeeper.hydration.engine import Target, hydrate
+from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
@@ -33,8 +34,8 @@ def _publish(store: FileStore, root: Path, key: SigningKey | None, model: str = 
 
 
 def _hydrate(store: FileStore, dest: Path, name: str, trusted: tuple[PublicKey, ...]):  # type: ignore[no-untyped-def]
-    return hydrate(open_store=lambda: store, fingerprint=fingerprint(), dest=dest, extra_roots={},
-                   pins=[Pin(name)], trusted=trusted)
+    return hydrate(Target(fingerprint(), dest, [Pin(name)]), HydrateOptions(trusted_keys=tuple(map(str, trusted))),
+                   lambda: store)
 
 
 def test_a_signed_manifest_hydrates_under_its_trusted_key(store: FileStore, tmp_path: Path) -> None:

@@ -135,7 +135,8 @@ def publish_and_hydrate(backend: Backend, options: Mapping[str, str], spec: Entr
                         dest: Path) -> list[str]:
     """Publish the build in workdir `built` to a fresh in-memory store, hydrate it into `dest` as a boot
     hook would (the real publish and hydrate code); returns the published paths."""
-    from cachekeeper.hydration.engine import hydrate
+    from cachekeeper.hydration.engine import Target, hydrate
+    from cachekeeper.hydration.options import HydrateOptions
     from cachekeeper.publish.upload import publish
     from cachekeeper.stores.memory import MemoryStore
 
@@ -143,7 +144,7 @@ def publish_and_hydrate(backend: Backend, options: Mapping[str, str], spec: Entr
     fp = backend.fingerprint(options)
     roots = backend.build_roots(built)  # also shows `include` the files it judges
     result = publish(store, fingerprint=fp, spec=spec, roots=roots, include=backend.include)
-    hydrate(open_store=lambda: store, fingerprint=fp, dest=dest, extra_roots={})
+    hydrate(Target(fp, dest), HydrateOptions(), lambda: store)
     return sorted(f.path for f in result.manifest.files)
 
 
