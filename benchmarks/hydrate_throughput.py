@@ -213,7 +213,7 @@ def main() -> None:
     from cachekeeper import snapshot  # noqa: F401  (imported for its constants)
     from cachekeeper.publish.upload import publish
     from cachekeeper.stores import open_store
-    from tests.core.helpers import fingerprint, spec
+    from tests.builders import fingerprint, spec
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (uptime)", flush=True)
     aws = shutil.which("aws")

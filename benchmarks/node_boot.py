@@ -115,7 +115,7 @@ def main() -> None:
 
     from cachekeeper.publish.upload import publish
     from cachekeeper.stores import open_store
-    from tests.core.helpers import fingerprint, spec
+    from tests.builders import fingerprint, spec
 
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(uptime), {os.cpu_count()} CPUs, uid {os.geteuid()}", flush=True)

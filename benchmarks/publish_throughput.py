@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores import open_store
-from tests.core.helpers import fingerprint, spec
+from tests.builders import fingerprint, spec
 publish(open_store(sys.argv[1]), fingerprint=fingerprint(), spec=spec(), roots={"cache": Path(sys.argv[2])},
         include=lambda r, p, f: True)
 """

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from .backends.host import HostToolchain
     from .captures.capture import CaptureReport
     from .config import Config
+    from .config.hydrate import HydrateOptions
     from .hydration.engine import HydrateReport
     from .hydration.fetch import FetchStats
-    from .hydration.options import HydrateOptions
     from .hydration.request import HydrateRequest
 
 StrPath = str | PathLike[str]
@@ -60,13 +60,13 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
 
     The wanted entries come from `config` (optionally only `models`/`shapes`), from a `lockfile`, or,
     with neither, from listing the store; `options` are backend options (the fingerprint's), `store` a
-    store URL. Every other argument is a setting of `HydrateOptions` (hydration/options.py), as the CLI's
+    store URL. Every other argument is a setting of `HydrateOptions` (config/hydrate.py), as the CLI's
     flag of the same name: unset (None), the config's `hydrate:` setting applies, as in the CLI. Byte
     budgets take `50G` as the flags do; `metrics_file` and `env_file` are written as the CLI writes them.
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
     settings = dict(locals())   # first: exactly the arguments
-    from .hydration.options import HydrateOptions
+    from .config.hydrate import HydrateOptions
     from .hydration.request import resolve_request, settled
 
     given = {name: settings[name] for name in HydrateOptions.__dataclass_fields__}

@@ -158,8 +158,3 @@ def checked(raw: object, bound: Bound, source: str, error: type[CachekeeperError
     except ValueError as exc:
         raise error(f"{source}: {exc}", f"give {source} {bound.describe()}") from None
 
-
-def checked_env(var: str, bound: Bound, environ: dict[str, str] | None = None) -> int | float | None:
-    """The env var's value within `bound`; None when unset or empty (settings.X.get() reads a registered one)."""
-    raw = (os.environ if environ is None else environ).get(var, "")
-    return None if not raw.strip() else checked(raw, bound, f"env {var}")

@@ -86,8 +86,7 @@ def test_every_hydration_module_is_public_or_the_engines_inside() -> None:
     protected = set(_contract("only the CLI, api.py and admin/ reach into the hydrate engine")["protected_modules"])
     public = set(_contract("the dest's records import none of the hydrate engine")["source_modules"])
     assert protected == set(_contract("the dest's records import none of the hydrate engine")["forbidden_modules"])
-    assert public == {"cachekeeper.hydration.state", "cachekeeper.hydration.destdir",
-                      "cachekeeper.hydration.durability"}
+    assert public == {"cachekeeper.hydration.state", "cachekeeper.hydration.destdir"}
     modules = {f"cachekeeper.hydration.{p.stem}" for p in (PKG / "hydration").glob("*.py") if p.stem != "__init__"}
     assert not protected & public
     assert modules == protected | public

@@ -207,8 +207,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
                      timeout: float = 1800) -> DeviceCheck:
     """Prebuild, publish, hydrate, serve, count, and judge each fact (`DeviceCheck.failure()` says whether
     it passed)."""
+    from ..config.hydrate import HydrateOptions
     from ..hydration.engine import Target, hydrate
-    from ..hydration.options import HydrateOptions
     from ..publish.upload import publish
     from ..stores.file import FileStore
 

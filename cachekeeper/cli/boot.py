@@ -4,8 +4,8 @@
 `hydrate` must start in a fraction of a second and never import torch, SQLAlchemy or a cloud SDK it does
 not use: everything heavy is imported inside the commands. What a hydrate asks for (backend, toolchain,
 pins, dest) is resolved by `hydration/request.py`, the same functions the Python API calls; how it runs is
-one `HydrateOptions` (hydration/options.py): each of its settings is an option here of the same name, given
-over the config's `hydrate:` section (tests/boot/test_hydrate_options.py walks them).
+one `HydrateOptions` (config/hydrate.py): each of its settings is an option here of the same name, given
+over the config's `hydrate:` section (tests/hydration/test_hydrate_options.py walks them).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import bounds
-from ..hydration.durability import MODES as DURABILITY_MODES
-from ..hydration.options import ENV_FORMATS, LINK_MODES
+from .. import bounds, settings
+from ..config.hydrate import ENV_FORMATS, LINK_MODES
+from ..fs.durability import MODES as DURABILITY_MODES
 from .hydrate_output import progress_line, summarize
 from .node_options import bytes_option, count_option, source_of
 from .options import (
@@ -60,33 +60,33 @@ FORMATS = ENV_FORMATS
 @click.option("--verify", is_flag=True, help="re-hash every local file instead of trusting the state file")
 @click.option("--require-all", is_flag=True, help="fail if any wanted entry is not built for this toolchain")
 @number("--threads", bound=bounds.THREADS, default=16, show_default=True, help="parallel downloads")
-@click.option("--trusted-key", "trusted_keys", multiple=True, envvar="CACHEKEEPER_TRUSTED_KEYS", metavar="KEY",
+@click.option("--trusted-key", "trusted_keys", multiple=True, envvar=settings.TRUSTED_KEYS.name, metavar="KEY",
               help="builder key: accept only prebuilt manifests signed by this ed25519 public key "
               "[env CACHEKEEPER_TRUSTED_KEYS]")
-@click.option("--capture-key", "capture_keys", multiple=True, envvar="CACHEKEEPER_CAPTURE_KEYS", metavar="KEY",
+@click.option("--capture-key", "capture_keys", multiple=True, envvar=settings.CAPTURE_KEYS.name, metavar="KEY",
               help="accept captured sets signed by this serving host's key (never prebuilt manifests); "
               "without one, captured sets are skipped when builder keys are set [env CACHEKEEPER_CAPTURE_KEYS]")
-@number("--deadline", bound=bounds.DEADLINE, envvar="CACHEKEEPER_DEADLINE",
+@number("--deadline", bound=bounds.DEADLINE, envvar=settings.DEADLINE.name,
         help="bound the whole hydrate, a stalled store included; then keep what is "
         "placed and exit 11 [env CACHEKEEPER_DEADLINE]")
-@click.option("--best-effort", is_flag=True, envvar="CACHEKEEPER_BEST_EFFORT",
+@click.option("--best-effort", is_flag=True, envvar=settings.BEST_EFFORT.name,
               help="when nothing is built for this toolchain, the deadline runs out or the store fails, warn, "
               "print the env and exit 0 (the server compiles what is missing) [env CACHEKEEPER_BEST_EFFORT]")
-@click.option("--node-cache", envvar="CACHEKEEPER_NODE_CACHE", metavar="DIR",
+@click.option("--node-cache", envvar=settings.NODE_CACHE.name, metavar="DIR",
               help="keep verified blobs once per node here and fill the dest from them [env CACHEKEEPER_NODE_CACHE]")
 @click.option("--node-cache-link", type=click.Choice(LINK_MODES), default="auto", show_default=True,
-              envvar="CACHEKEEPER_NODE_CACHE_LINK",
+              envvar=settings.NODE_CACHE_LINK.name,
               help="how dest files share the node cache's copy (auto: reflink, else a read-only hardlink "
               "unless root, else copy) [env CACHEKEEPER_NODE_CACHE_LINK]")
-@click.option("--node-cache-max-bytes", "node_cache_max_bytes", envvar="CACHEKEEPER_NODE_CACHE_MAX_BYTES",
+@click.option("--node-cache-max-bytes", "node_cache_max_bytes", envvar=settings.NODE_CACHE_MAX_BYTES.name,
               metavar="BYTES",
               help="the node cache's budget (e.g. 200G); least recently used blobs no dest links go first")
-@click.option("--max-bytes", "max_bytes", envvar="CACHEKEEPER_MAX_BYTES", metavar="BYTES",
+@click.option("--max-bytes", "max_bytes", envvar=settings.MAX_BYTES.name, metavar="BYTES",
               help="the dest's budget (e.g. 50G); entries not wanted now go by last use [env CACHEKEEPER_MAX_BYTES]")
-@click.option("--durability", type=click.Choice(DURABILITY_MODES), envvar="CACHEKEEPER_DURABILITY",
+@click.option("--durability", type=click.Choice(DURABILITY_MODES), envvar=settings.DURABILITY.name,
               help="fsync each file, or trust the state file only within this boot (the default), or both "
               "[env CACHEKEEPER_DURABILITY]")
-@click.option("--ready-after", "ready_after", envvar="CACHEKEEPER_READY_AFTER", metavar="N",
+@click.option("--ready-after", "ready_after", envvar=settings.READY_AFTER.name, metavar="N",
               help="write the env and <dest>/.cachekeeper/ready once the first N entries (by priority) are "
               "in place, then hydrate the rest [env CACHEKEEPER_READY_AFTER]")
 @click.option("--env-file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -94,25 +94,24 @@ FORMATS = ENV_FORMATS
 @click.option("--env-format", type=click.Choice(FORMATS), default="shell", show_default=True,
               help="--env-file as a shell sources it, or as a systemd EnvironmentFile=")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output on stdout")
-@click.option("--metrics-file", envvar="CACHEKEEPER_METRICS_FILE", metavar="PATH",
+@click.option("--metrics-file", envvar=settings.METRICS_FILE.name, metavar="PATH",
               help="write the run's metrics here in node_exporter's textfile format, atomically; a failure is a "
               "warning, never the boot's (config hydrate.metrics_file) [env CACHEKEEPER_METRICS_FILE]")
 def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, models: tuple[str, ...],
             shapes: tuple[str, ...], dest: str | None, device: str | None, pairs: tuple[str, ...],
-            store_url: str | None, print_env: bool, as_json: bool, **settings: Any) -> None:
+            store_url: str | None, print_env: bool, as_json: bool, **flags: Any) -> None:
     """Fill this host's cache dir with the prebuilt artifacts it can use (no torch, no database)."""
     from ..api import run_hydrate
-    from ..bounds import STALL_TIMEOUT, checked_env
     from ..errors import UsageError
     from ..hydration.request import resolve_request, settled
 
-    checked_env("CACHEKEEPER_STALL_TIMEOUT", STALL_TIMEOUT)   # at the edge, before any work
+    settings.STALL_TIMEOUT.get()   # checked at the edge, before any work (the store reader reads it)
     needs("env_format", "env_file")
     excludes("models", "lockfile", "a lockfile pins exact manifests; --model selects entries of a config")
     if as_json and print_env:
         raise UsageError("--json and --print-env both write stdout; pick one (`cachekeeper env` writes the env "
                          "to a file)")
-    given = _given(settings)
+    given = _given(flags)
     config = load_config(config_path)
     from_config = config is not None and config.hydrate.node_cache is not None
     needs("node_cache_link", "node_cache", met=from_config)
@@ -146,7 +145,7 @@ def _given(settings: dict[str, Any]) -> dict[str, Any]:
     config's setting stays), each parsed where it entered, so that an error names the flag or the variable."""
     from click.core import ParameterSource
 
-    from ..hydration.options import spec_of
+    from ..config.hydrate import spec_of
 
     ctx = click.get_current_context()
     out: dict[str, Any] = {}

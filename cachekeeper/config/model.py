@@ -13,7 +13,7 @@ from pathlib import Path
 from ..backends import mode_key_options
 from ..errors import ConfigError
 from ..format.spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
-from ..hydration.options import HydrateOptions
+from .hydrate import HydrateOptions
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from ..backends import can_offload, modes_for, registry
 from ..bounds import BUILD_TIMEOUT, COUNT, SIZE, WORKERS, bytes_problem, parse_bytes
 from ..errors import ConfigError, UsageError
 from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
-from ..hydration.options import HydrateOptions, Spec, config_keys, spec_of
 from ..stores.schemes import parse_store_url
 from ..stores.url import local_path
+from .hydrate import HydrateOptions, Spec, config_keys, spec_of
 from .model import Config, ModelMatrix
 from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
 
@@ -39,7 +39,7 @@ _TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defa
 # leaves runtime misses to miss reports (report -> suggest -> builder). Not "off": YAML reads that as false.
 CAPTURE_MODES = ("report", "publish")
 _BUILD_KEYS = ("timeout", "workers")
-_HYDRATE_KEYS = config_keys()   # the HydrateOptions fields the config sets (hydration/options.py)
+_HYDRATE_KEYS = config_keys()   # the HydrateOptions fields the config sets (config/hydrate.py)
 MAX_COUNT = int(COUNT.high)
 _MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
@@ -155,7 +155,7 @@ class _Schema(NodeReader):
         return dataclasses.replace(settings, models=self.models(top["models"][1], defaults))
 
     def hydrate_options(self, hydrate: Fields) -> HydrateOptions:
-        """The `hydrate:` section, each key read as its HydrateOptions field's spec says (hydration/options.py)."""
+        """The `hydrate:` section, each key read as its HydrateOptions field's spec says (config/hydrate.py)."""
         return HydrateOptions(**{key: self.hydrate_setting(hydrate, key, spec_of(key)) for key in hydrate})
 
     def hydrate_setting(self, hydrate: Fields, key: str, spec: Spec) -> Any:

@@ -38,13 +38,13 @@ from ..stores.base import OnDemand, Store
 from ..stores.reader import Deadline
 
 if TYPE_CHECKING:
+    from ..config.hydrate import HydrateOptions
     from ..format.signing import PublicKey
     from .fetch import FetchStats
     from .nodecache import NodeCache
-    from .options import HydrateOptions
+from ..fs.durability import DEFAULT as DEFAULT_DURABILITY
+from ..fs.durability import Durability, boot_bound, boot_id, filesystem, fsyncs
 from . import usage
-from .durability import DEFAULT as DEFAULT_DURABILITY
-from .durability import Durability, boot_bound, boot_id, filesystem, fsyncs
 from .plan import HydratePlan, plan_hydrate
 from .resolve import Pin, fetch_manifests, list_entries, other_toolchains, with_shared
 from .state import (
@@ -115,7 +115,7 @@ class HydrateReport:
     deadline_left: float | None = None   # seconds of the --deadline budget left at the end
     incomplete: str = ""                 # why some wanted files are not in place (deadline, store); "" when none
     nothing_built: bool = False          # best effort: the store has nothing of this toolchain to hydrate
-    durability: str = ""                 # fsync | boot | both (hydration/durability.py)
+    durability: str = ""                 # fsync | boot | both (fs/durability.py)
     node_linked: int = 0                 # files placed from the node cache sharing its copy (link/reflink)
     node_copied: int = 0                 # ... copied from it
     node_fetched_bytes: int = 0          # bytes this run fetched from the store into the node cache
@@ -282,7 +282,7 @@ class Target:
 
 def hydrate(target: Target, options: HydrateOptions, open_store: Callable[[], Store],
             progress: Callable[[FetchStats], None] | None = None, *, lent: bool = False) -> HydrateReport:
-    """Fill `target` as `options` say (hydration/options.py).
+    """Fill `target` as `options` say (config/hydrate.py).
 
     `options.deadline`: seconds for the whole run, a stalled store included. When it runs out or the store
     fails, what was placed and verified is kept and recorded; then `HydrateIncomplete` is raised, or with

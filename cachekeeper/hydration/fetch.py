@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from ..bounds import PART_MIB, checked_env
+from .. import settings
 from ..errors import (
     CachekeeperError,
     DestinationError,
@@ -49,7 +49,7 @@ from .state import PlacedFile
 FETCH_THREADS = 16
 # A blob this big is fetched as parallel ranged GETs of PART bytes (one stream is the known ceiling
 # on real object stores); CACHEKEEPER_PART_MIB=0 turns it off.
-_PART_MIB = checked_env("CACHEKEEPER_PART_MIB", PART_MIB)
+_PART_MIB = settings.PART_MIB.get()
 PART = int((32 if _PART_MIB is None else _PART_MIB) * (1 << 20))
 HASH_WINDOW = 8 << 20   # bytes of a part's read-back mapped at once (hydration/fetch._Parts._hash_back)
 GRACE = 1.0   # seconds past the deadline we wait for workers whose reads are timed by it anyway

@@ -32,14 +32,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.hydrate import LinkMode
 from ..errors import DestinationError, LockBusy
 from ..format.manifest import FileRecord
 from ..fs.atomic import fsync_dir
+from ..fs.durability import NETWORK_FS, boot_id, fs_type
 from ..fs.locks import FileLock, LiveTag, sweep_temp
 from ..fs.paths import ensure_dir, new_tag, sha256_file, temp_path
 from ..stores.reader import Deadline
-from .durability import NETWORK_FS, boot_id, fs_type
-from .options import LinkMode
 from .plan import HydratePlan, Placement
 from .state import NotARecord, PlacedFile, file_key, read_own
 

@@ -21,8 +21,8 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..config.hydrate import ENV_FORMATS
 from ..fs.atomic import atomic_write_bytes
-from .options import ENV_FORMATS
 from .state import state_dir
 
 READY = "ready"

@@ -33,10 +33,10 @@ from .resolve import Pin, lockfile_store, read_lockfile
 
 if TYPE_CHECKING:
     from ..config import Config, MatrixEntry
+    from ..config.hydrate import HydrateOptions
     from ..stores.base import OnDemand, Store
     from .engine import HydrateReport
     from .fetch import FetchStats
-    from .options import HydrateOptions
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def settled(config: Config | None, **given: object) -> HydrateOptions:
     """The options one hydrate runs with: the config's `hydrate:` section, with each setting the caller
     gives (a flag, an env var, an API argument; None: not given) over it. The CLI and the API both call
     this, so a setting resolves the same way from either."""
-    from .options import HydrateOptions
+    from ..config.hydrate import HydrateOptions
 
     return (config.hydrate if config is not None else HydrateOptions()).over(**given)
 

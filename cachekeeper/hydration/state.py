@@ -51,7 +51,7 @@ class State:
     # Captured sets the store listed when this dest was last hydrated (applied or not): a no-op hydrate
     # lists the captured sets once and does the full run only when one is not here. Optional in the file.
     captured_seen: list[str] = field(default_factory=list)
-    durability: str = "fsync"     # fsync | boot | both (hydration/durability.py); v1 files were fsynced
+    durability: str = "fsync"     # fsync | boot | both (fs/durability.py); v1 files were fsynced
     boot_id: str = ""             # the boot that wrote it
     filesystem: str = ""          # "<fstype>:<st_dev>" of the dest
 
@@ -205,7 +205,7 @@ def trusted(state: State, dest: Path) -> bool:
     """May the sizes and mtimes this state lists stand for verified bytes now? A fsync-durable state
     always; a boot-bound one only within the boot that wrote it, on the filesystem it describes (after
     a power loss a listed file can hold zeros under its size and mtime)."""
-    from .durability import boot_bound, boot_id, filesystem
+    from ..fs.durability import boot_bound, boot_id, filesystem
 
     if not boot_bound(state.durability):  # type: ignore[arg-type]
         return True

@@ -10,7 +10,7 @@ from cachekeeper.publish.upload import publish
 from cachekeeper.stores.base import ObjectInfo
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.inventory import Inventory, scan
-from tests.core.helpers import fingerprint, spec, write_tree
+from tests.builders import fingerprint, spec, write_tree
 
 NOW = 1_000_000.0
 

@@ -13,7 +13,7 @@ from cachekeeper.format.manifest import Manifest
 from cachekeeper.presence import captured_sets, look_up, plan_presence, stored_entries
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
-from tests.core.helpers import fingerprint, spec, write_tree
+from tests.builders import fingerprint, spec, write_tree
 
 FP = fingerprint().id
 

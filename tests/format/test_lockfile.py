@@ -15,7 +15,7 @@ from cachekeeper.format.layout import manifest_key
 from cachekeeper.hydration.resolve import Locked, Pin, lock_entries, lockfile_store, read_lockfile
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
-from tests.core.helpers import write_tree
+from tests.builders import write_tree
 from tests.fakes import ENABLE, fake_config
 
 

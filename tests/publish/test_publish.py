@@ -14,7 +14,7 @@ from cachekeeper.format.manifest import Manifest
 from cachekeeper.publish import snapshot
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.memory import MemoryStore
-from tests.core.helpers import fingerprint, spec, write_tree
+from tests.builders import fingerprint, spec, write_tree
 
 
 def _keep_all(root: str, rel: str, path: Path) -> bool:

@@ -20,8 +20,8 @@ import yaml
 
 from cachekeeper.admin.gc import plan_gc, run_gc
 from cachekeeper.admin.verify import repair, verify_store
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.hydration.engine import Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.publish.upload import publish
 from cachekeeper.reports.miss import build_report, write_report
 from cachekeeper.runtime.miss_watch import CallRecord

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.admin.gc import plan_gc
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.errors import IntegrityError, UsageError
 from cachekeeper.format.layout import signature_key
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.format.signing import PublicKey, SigningKey
 from cachekeeper.hydration.engine import Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.file import FileStore
 from cachekeeper.stores.inventory import scan
-from tests.core.helpers import fingerprint, spec, write_tree
+from tests.builders import fingerprint, spec, write_tree
 
 pytest.importorskip("cryptography")
 

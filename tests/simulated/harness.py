@@ -135,8 +135,8 @@ def publish_and_hydrate(backend: Backend, options: Mapping[str, str], spec: Entr
                         dest: Path) -> list[str]:
     """Publish the build in workdir `built` to a fresh in-memory store, hydrate it into `dest` as a boot
     hook would (the real publish and hydrate code); returns the published paths."""
+    from cachekeeper.config.hydrate import HydrateOptions
     from cachekeeper.hydration.engine import Target, hydrate
-    from cachekeeper.hydration.options import HydrateOptions
     from cachekeeper.publish.upload import publish
     from cachekeeper.stores.memory import MemoryStore
 

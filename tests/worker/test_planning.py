@@ -169,7 +169,7 @@ def test_without_a_catalog_shards_weigh_entries_by_the_seconds_an_older_toolchai
     from cachekeeper.publish.upload import publish
     from cachekeeper.stores.memory import MemoryStore
     from cachekeeper.worker.prebuild import shard_entries
-    from tests.core.helpers import fingerprint, spec, write_tree
+    from tests.builders import fingerprint, spec, write_tree
     from tests.fakes import FakeBackend
 
     store = MemoryStore()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_env import Env
 from tests.deploy.conftest import invocations
-from tests.test_cli_spine import Env
 
 
 @pytest.fixture()

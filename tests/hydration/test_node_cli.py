@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from cachekeeper.config import parse_config
 from cachekeeper.errors import ConfigError
 from cachekeeper.hydration.engine import HydrateReport
 from tests.fakes import ENABLE
+
+from .helpers import invoke_hydrate as _invoke
 
 CONFIG = """version: 1
 hydrate: {{{hydrate}}}
@@ -25,14 +26,6 @@ models:
     path: {model}
     priority: {priority}
 """
-
-
-def _invoke(tmp: Path, *args: str, **env: str) -> Any:
-    from cachekeeper.cli import _register, cli
-
-    _register()
-    return CliRunner().invoke(cli, ["hydrate", *args], env={**ENABLE, "FAKE_SHARED_DIR": str(tmp / "sh"),
-                                                            "CACHEKEEPER_HOME": str(tmp / "home"), **env})
 
 
 def _config(tmp: Path, hydrate: str = "", priority: str = "5") -> Path:

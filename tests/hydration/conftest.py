@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.hydration.engine import HydrateReport, Target
-from cachekeeper.hydration.options import HydrateOptions
 
 
 @pytest.fixture

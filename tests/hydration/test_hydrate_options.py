@@ -17,9 +17,9 @@ import cachekeeper
 from cachekeeper import api
 from cachekeeper.cli.boot import hydrate as hydrate_command
 from cachekeeper.config import parse_config
+from cachekeeper.config.hydrate import HydrateOptions, config_keys
 from cachekeeper.errors import UsageError
 from cachekeeper.hydration.engine import HydrateReport
-from cachekeeper.hydration.options import HydrateOptions, config_keys
 from tests.fakes import ENABLE
 
 FIELDS = [f.name for f in dataclasses.fields(HydrateOptions)]

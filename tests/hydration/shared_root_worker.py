@@ -1,6 +1,6 @@
-"""One of several concurrent hydrates that share an extra root (tests/boot/test_shared_roots.py).
+"""One of several concurrent hydrates that share an extra root (tests/hydration/test_shared_roots.py).
 
-    python -m tests.boot.shared_root_worker STORE SHARED WORKDIR INDEX ROUNDS NAME
+    python -m tests.hydration.shared_root_worker STORE SHARED WORKDIR INDEX ROUNDS NAME
 
 Each round it waits for `WORKDIR/go-<round>`, hydrates a fresh dest of its own plus the shared root
 through a slow store (so its temp files live while the others sweep), then writes `done-<round>-<index>`
@@ -15,12 +15,12 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.hydration.engine import Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.stores.base import Body
 from cachekeeper.stores.file import FileStore
-from tests.core.helpers import fingerprint
+from tests.builders import fingerprint
 
 
 class SlowStore(FileStore):

@@ -48,7 +48,7 @@ def test_eight_concurrent_hydrates_sharing_a_root_all_succeed_round_after_round(
     (shared / ".cachekeeper" / "live" / "rdeadx00000000.lock").write_text("")
     dead.write_bytes(b"half a header")
     live.write_bytes(b"being written")
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.boot.shared_root_worker", str(store), str(shared),
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.hydration.shared_root_worker", str(store), str(shared),
                                str(work), str(i), str(ROUNDS), name], cwd=REPO,
                               env={**os.environ, "PYTHONPATH": str(REPO)}) for i in range(WORKERS)]
     try:

@@ -112,7 +112,7 @@ def test_durability_is_our_own_fsyncs_never_a_global_sync(
 
 def test_boot_durability_fsyncs_only_the_state_file_and_records_the_boot(
         cache: tuple[Path, dict[str, bytes], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cachekeeper.hydration.durability import boot_id
+    from cachekeeper.fs.durability import boot_id
     from cachekeeper.hydration.state import load_state
 
     from .helpers import record_fsyncs
@@ -141,7 +141,7 @@ def test_peak_memory_stays_flat_for_a_large_pack_and_a_large_blob(
 import resource
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
-from tests.boot.helpers import hydrate_into
+from tests.hydration.helpers import hydrate_into
 store = FileStore(Path({str(tmp_path / "store")!r}))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 hydrate_into(lambda: store, Path({str(tmp_path / "dest")!r}), [{m.name!r}])

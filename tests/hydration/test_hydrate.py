@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.errors import IntegrityError, NothingToHydrate, ToolchainMismatch, UnsafePath
 from cachekeeper.format.layout import blob_key
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.hydration.engine import HydrateReport, Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.plan import coalesce, plan_hydrate
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish import snapshot
@@ -247,7 +247,7 @@ import time
 from pathlib import Path
 from cachekeeper.stores.file import FileStore
 from cachekeeper.hydration.engine import Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.format.fingerprint import Fingerprint
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.format.manifest import Manifest
 from cachekeeper.hydration.engine import HydrateReport, Target, hydrate
-from cachekeeper.hydration.options import HydrateOptions
 from cachekeeper.hydration.resolve import Pin
 from cachekeeper.publish import snapshot
 from cachekeeper.publish.upload import publish
 from cachekeeper.stores.base import Store
-from tests.core.helpers import fingerprint, read_tree, spec, write_tree
+from tests.builders import fingerprint, read_tree, spec, write_tree
 
 __all__ = ["build_tree", "fingerprint", "hydrate_into", "publish_tree", "read_tree", "spec", "write_tree"]
 
@@ -60,3 +60,15 @@ def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def invoke_hydrate(tmp: Path, *args: str, **env: str) -> Any:
+    """`cachekeeper hydrate ARGS` in-process (CliRunner) with the fake backends on and a home under `tmp`."""
+    from click.testing import CliRunner
+
+    from cachekeeper.cli import _register, cli
+    from tests.fakes import ENABLE
+
+    _register()
+    return CliRunner().invoke(cli, ["hydrate", *args], env={**ENABLE, "FAKE_SHARED_DIR": str(tmp / "sh"),
+                                                            "CACHEKEEPER_HOME": str(tmp / "home"), **env})

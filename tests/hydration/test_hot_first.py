@@ -20,7 +20,7 @@ from cachekeeper.reports.miss import Report, Row, write_report
 from cachekeeper.stores.file import FileStore
 from tests.fakes import ENABLE
 
-from .test_node_cli import _invoke
+from .helpers import invoke_hydrate as _invoke
 
 CONFIG = """version: 1
 hydrate: {{{hydrate}}}

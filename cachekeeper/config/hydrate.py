@@ -2,7 +2,7 @@
 CLI's flags (and their `CACHEKEEPER_*` env vars) and the Python API's arguments override it field by
 field, and the engine reads it. A setting is one field here, one click option, one config key where the
 config has it, and an argument of `cachekeeper.hydrate` by construction (its keyword arguments are these
-fields; tests/boot/test_hydrate_options.py walks the click command against them).
+fields; tests/hydration/test_hydrate_options.py walks the click command against them).
 
 Each field carries its kind and bound (`Spec`), so the value is checked once, wherever it came from:
 the CLI and the config check at their edge, where the message can name the flag, the variable or the
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..bounds import COUNT, DEADLINE, THREADS, Bound, checked, checked_bytes
 from ..errors import UsageError
-from .durability import MODES as DURABILITY_MODES
-from .durability import Durability
+from ..fs.durability import MODES as DURABILITY_MODES
+from ..fs.durability import Durability
 
 if TYPE_CHECKING:
     from ..format.signing import PublicKey

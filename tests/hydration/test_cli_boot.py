@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from cachekeeper.cli.hydrate_output import progress_line, summarize
 from cachekeeper.config import parse_config
+from cachekeeper.config.hydrate import HydrateOptions
 from cachekeeper.errors import ConfigError
 from cachekeeper.hydration.engine import HydrateReport, Target
 from cachekeeper.hydration.fetch import FetchStats
-from cachekeeper.hydration.options import HydrateOptions
 from tests.fakes import ENABLE
 
 CONFIG = """
