@@ -4,8 +4,8 @@ own order for them).
 
 Why: with `--dist loadfile` (scripts/test) a file runs on one worker. xdist's default (`--loadscope-reorder`)
 sends the files with the most tests first, so the torch files, a few tests each but most of the suite's CPU
-time, came last; the run then ended on one worker compiling alone while the other idled (measured on 2
-cores: the last ~4 minutes of a full run were tests/test_inductor_loop.py by itself). Heaviest first is the
+time, came last; the run then ended on one worker compiling alone while the other idled (seen on 2 busy
+cores: the last 3 minutes of a full run were tests/test_inductor_loop.py by itself). Heaviest first is the
 usual longest-job-first schedule: the short files fill in around the long ones.
 
 Only the order of whole files changes, never the order of tests inside a file, and only on xdist workers
