@@ -65,11 +65,11 @@ def hydrate(*, config: StrPath | None = None, lockfile: StrPath | None = None, b
     budgets take `50G` as the flags do; `metrics_file` and `env_file` are written as the CLI writes them.
     `fleet.hydrate_counts(report.manifests, report.missing)` gives the hit/missed/captured figures.
     """
-    settings = dict(locals())   # first: exactly the arguments
+    args = dict(locals())   # first: exactly the arguments
     from .config.hydrate import HydrateOptions
     from .hydration.request import resolve_request, settled
 
-    given = {name: settings[name] for name in HydrateOptions.__dataclass_fields__}
+    given = {name: args[name] for name in HydrateOptions.__dataclass_fields__}
     cfg = _config(config)
     settled_options = settled(cfg, **given)
     req = resolve_request(config=cfg, lockfile=lockfile, backend=backend, models=models, shapes=shapes,
