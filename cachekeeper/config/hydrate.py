@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..bounds import COUNT, DEADLINE, THREADS, Bound, checked, checked_bytes
+from .. import settings
+from ..bounds import BYTE_BUDGET, COUNT, DEADLINE, THREADS, Bound, checked, checked_bytes
 from ..errors import UsageError
 from ..fs.durability import MODES as DURABILITY_MODES
 from ..fs.durability import Durability
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["ENV_FORMATS", "LINK_MODES", "HydrateOptions", "Spec"]
 
 LinkMode = Literal["auto", "reflink", "hardlink", "copy"]
-LINK_MODES: tuple[LinkMode, ...] = ("auto", "reflink", "hardlink", "copy")   # how dest files share the node cache's
+# how dest files share the node cache's copy: the choices CACHEKEEPER_NODE_CACHE_LINK names (settings.py)
+LINK_MODES = cast("tuple[LinkMode, ...]", settings.NODE_CACHE_LINK.choices)
 ENV_FORMATS = ("shell", "systemd")                                         # how --env-file is written
 HOT_REPORTS = Bound("hot reports", 0, COUNT.high, integer=True)            # 0: the miss reports order nothing
 
@@ -133,7 +135,8 @@ def _checked(spec: Spec, value: Any, source: str) -> Any:
         return value if type(value) is int and spec.bound.low <= value <= spec.bound.high \
             else int(checked(value, spec.bound, source))
     if spec.kind == "bytes":
-        return value if type(value) is int and 1 <= value <= 1 << 60 else checked_bytes(value, source)
+        return value if type(value) is int and BYTE_BUDGET.low <= value <= BYTE_BUDGET.high \
+            else checked_bytes(value, source)
     if spec.kind == "keys":
         return (value,) if isinstance(value, str) else value if isinstance(value, tuple) else tuple(value)
     if spec.kind == "path":
