@@ -155,6 +155,13 @@ def test_a_flag_or_api_argument_wins_over_the_config_and_an_unset_one_leaves_it(
     ({"ready_after": 0}, r"hydrate\(ready_after=\.\.\.\): 0 is too small"),
     ({"durability": "always"}, r"hydrate\(durability=\.\.\.\) must be one of fsync, boot, both, got 'always'"),
     ({"deadline": float("inf")}, r"hydrate\(deadline=\.\.\.\): inf is not finite"),
+    ({"deadline": float("nan")}, r"hydrate\(deadline=\.\.\.\): nan is not a number"),
+    ({"deadline": -3.0}, r"hydrate\(deadline=\.\.\.\): -3 is too small"),
+    ({"threads": 10**9}, r"hydrate\(threads=\.\.\.\): 1e\+09 is past the bound of 256"),
+    ({"max_bytes": -5}, r"hydrate\(max_bytes=\.\.\.\) must be a byte count from 1 to 2\*\*60"),
+    ({"node_cache_max_bytes": 2**70}, r"hydrate\(node_cache_max_bytes=\.\.\.\) must be a byte count"),
+    ({"hot_reports": -1}, r"hydrate\(hot_reports=\.\.\.\): -1 is too small"),
+    ({"ready_after": 10**12}, r"hydrate\(ready_after=\.\.\.\): 1e\+12 is past the bound"),
     ({"best_effort": True, "require_all": True}, r"require-all .* and best effort .* contradict each other"),
 ])
 def test_a_bad_api_setting_is_one_usage_error_naming_the_argument(given: dict[str, Any], message: str) -> None:
