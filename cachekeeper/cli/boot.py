@@ -140,7 +140,7 @@ def hydrate(config_path: str | None, lockfile: str | None, backend: str | None, 
     summarize(report)
 
 
-def _given(settings: dict[str, Any]) -> dict[str, Any]:
+def _given(flags: dict[str, Any]) -> dict[str, Any]:
     """The hydrate settings typed as a flag or set by an env var (a click default is not given: the
     config's setting stays), each parsed where it entered, so that an error names the flag or the variable."""
     from click.core import ParameterSource
@@ -149,7 +149,7 @@ def _given(settings: dict[str, Any]) -> dict[str, Any]:
 
     ctx = click.get_current_context()
     out: dict[str, Any] = {}
-    for name, value in settings.items():
+    for name, value in flags.items():
         if value is None or ctx.get_parameter_source(name) in (ParameterSource.DEFAULT, None):
             continue
         param = next(p for p in ctx.command.params if p.name == name)
