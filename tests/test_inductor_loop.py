@@ -2,7 +2,8 @@
 into a fresh dir on a 'fresh instance' (new TMPDIR, new working dir), and a new process compiles nothing.
 
 Asserted with Inductor's own cache counters (FX graph and AOT autograd hits/misses), not with timing.
-One cold compile for the module (35-60 s on 2 cores).
+The prebuild is the run's shared one (tests/harness/tiny.py `tiny_prebuilt`: `cachekeeper prebuild
+examples/tiny.yaml`, one cold compile); this module works on its own copy of the store and catalog it filled.
 """
 
 from __future__ import annotations
@@ -26,17 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def published(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    tmp = tmp_path_factory.mktemp("loop")
+def published(tiny_prebuilt: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    tmp = copy_tiny(tiny_prebuilt, tmp_path_factory.mktemp("loop"))   # models, home (store, catalog), tiny.yaml
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
     env["CACHEKEEPER_HOME"] = str(tmp / "home")
-    copy_tiny(tiny_flux_models, tmp / "models")  # examples/make_tiny_model.py --only tiny-flux, built once
     config = tmp / "tiny.yaml"
-    # ./models/... resolves next to it; these hosts publish captured sets (a fleet that opted in)
-    config.write_text((REPO / "examples" / "tiny.yaml").read_text() + "\ncapture: publish\n")
-    build_tmp = tmp / "build-tmp"  # the builder's TMPDIR: its own header must not leak into the server's
-    build_tmp.mkdir()
-    run([sys.executable, "-m", "cachekeeper", "prebuild", str(config)], {**env, "TMPDIR": str(build_tmp)}, tmp)
+    # these hosts publish captured sets (a fleet that opted in); the prebuild does not read `capture`
+    config.write_text(config.read_text() + "\ncapture: publish\n")
     return tmp, config, env
 
 

@@ -30,6 +30,13 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return install(monkeypatch, tmp_path / "site")
 
 
+@pytest.fixture()
+def tiny_model(tiny_flux_models: Path) -> str:
+    """`--model`: the run's shared tiny Flux transformer (the same config as the check's own model, which only
+    the first TPU check builds: the others skip that subprocess). The check only reads it."""
+    return str(tiny_flux_models / "tiny-flux")
+
+
 _register()
 
 
@@ -62,32 +69,28 @@ def test_tpu_a_fresh_server_on_the_hydrated_dir_compiles_nothing_by_its_own_stat
     assert tier2_dirs() == []   # the build's and the server's private tier-2 caches are gone
 
 
-def test_tpu_text_output_is_one_verdict_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")   # one chip
-    code, out, err = check("--backend", "tpu")
-    assert code == 0, out + err
-    table = out[out.index("  fact "):].splitlines()
-    assert len(table) == 1 + len(FACTS["tpu"]) + 1   # header, one row per fact, the ok line
-    assert re.search(r"tpu\.slot-chip0 +not checked +fewer than 2 chips", out)
-
-
-def test_tpu_a_server_whose_placement_changes_the_key_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tpu_a_server_whose_placement_changes_the_key_fails_the_check_in_one_verdict_table(
+        monkeypatch: pytest.MonkeyPatch, tiny_model: str) -> None:
     """A server that sees chip 3 without a slice of its own addresses it by host index (simulated 0.2.0):
-    the device assignment in the compile-options key differs, so it compiles on a full cache."""
-    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")
-    code, out, err = check("--backend", "tpu", "--serve-env", "TPU_VISIBLE_CHIPS=3")
+    the device assignment in the compile-options key differs, so it compiles on a full cache. The text
+    output ends in one table, a header and one row per fact; the error is on stderr."""
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")   # one chip
+    code, out, err = check("--backend", "tpu", "--serve-env", "TPU_VISIBLE_CHIPS=3", "--model", tiny_model)
     assert code == 6, out + err
     assert "server on the hydrated dir: compiled " in out and "compiled 0," not in out.splitlines()[2]
+    table = out[out.index("  fact "):].splitlines()
+    assert table[0].split() == ["fact", "verdict", "detail"] and len(table) == 1 + len(FACTS["tpu"])
     assert re.search(r"tpu\.reads-tier3 +fail", out)
+    assert re.search(r"tpu\.slot-chip0 +not checked +fewer than 2 chips", out)
     assert err.startswith("error: device check: a fresh tpu server on the hydrated dir compiled ")
     assert err.count("\n") == 2 and "\nhint: " in err
 
 
 def test_neuron_counts_by_metrics_and_checks_target_lnc_and_the_two_rank_neff_count(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tiny_model: str) -> None:
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-1")          # 2 cores: the 2-rank row runs
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")  # the fingerprint's target (the device's too)
-    code, out, err = check("--backend", "neuron", "--mode", "eager", "--json")
+    code, out, err = check("--backend", "neuron", "--mode", "eager", "--json", "--model", tiny_model)
     assert code == 0, out + err
     report = json.loads(out)
     assert report["served"]["compiled"] == 0 and report["served"]["loaded"] == report["published"] > 10
@@ -138,10 +141,10 @@ def test_every_hardware_only_fact_in_the_docs_has_a_device_check_row() -> None:
 
 
 def test_neuron_a_target_the_device_does_not_have_stops_the_check_in_one_line(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tiny_model: str) -> None:
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0")
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")   # the simulated device is trn2
-    code, out, err = check("--backend", "neuron")
+    code, out, err = check("--backend", "neuron", "--model", tiny_model)
     assert code == 7, out + err
     assert err.splitlines()[0] == (
         "error: device check: the build failed (exit 1): neuron: the build's target is trn3 but the runtime "
@@ -151,15 +154,12 @@ def test_neuron_a_target_the_device_does_not_have_stops_the_check_in_one_line(
 
 
 def test_eager_keys_that_depend_on_the_step_count_fail_their_row_and_warmup_steps_covers_them(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_pipelines: Path) -> None:
     """The server runs 3 steps, the build 2: the simulated TorchTPU keys eager ops on their scalar arguments
     ([dev] cache_key.h), and the scheduler indexes its sigmas by step. Listing the server's step counts in
     `warmup_steps` makes the build run them too."""
-    pytest.importorskip("transformers")
-    from tests.simulated.harness import tiny_models
-
     monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0")
-    model = tiny_models().make_flux2_klein(tmp_path / "models")
+    model = tiny_pipelines / "tiny-flux2-klein"   # the run's shared tiny pipeline; the check only reads it
     code, out, err = check("--backend", "tpu", "--mode", "eager", "--model", str(model))
     assert code == 6, out + err
     assert re.search(r"tpu\.scalar-steps +fail +eager keys depend on num_inference_steps here: list your server's "

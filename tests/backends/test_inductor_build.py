@@ -1,7 +1,8 @@
 """One real Inductor build of the tiny Flux transformer, then the promise cachekeeper sells: its files,
 copied to another path (as hydrate does), make a new process compile nothing.
 
-One cold compile for the whole module (35-60 s on 2 cores, more under load), shared by every test.
+The build is the run's shared prebuild of examples/tiny.yaml (tests/harness/tiny.py `tiny_prebuilt`: the
+real `cachekeeper prebuild`, its one build's workdir kept), so this module compiles nothing of its own.
 """
 
 from __future__ import annotations
@@ -54,18 +55,12 @@ def job_for(model: Path, roots: dict[str, Path], result: Path) -> BuildJob:
 
 
 @pytest.fixture(scope="module")
-def built(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
-    tmp = tmp_path_factory.mktemp("inductor")
-    copy_tiny(tiny_flux_models, tmp / "models")  # examples/make_tiny_model.py --only tiny-flux, built once
-    backend = InductorBackend()
-    workdir = tmp / "build"
-    roots = backend.build_roots(workdir)
-    for root in roots.values():
-        root.mkdir(parents=True)
-    cmd = backend.build_command(job_for(tmp / "models" / "tiny-flux", roots, workdir / "result.json"))
-    proc = run(cmd.argv, cmd.env, workdir)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Built(tmp, tmp / "models" / "tiny-flux", roots, json.loads((workdir / "result.json").read_text()))
+def built(tiny_prebuilt: Path, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    tmp = copy_tiny(tiny_prebuilt, tmp_path_factory.mktemp("inductor"))
+    (workdir,) = (tmp / "builds").iterdir()   # the one entry of examples/tiny.yaml
+    result = json.loads((workdir / "result.json").read_text())
+    assert result["entry"] == SPEC.key, "the shared prebuild built this module's entry"
+    return Built(tmp, tmp / "models" / "tiny-flux", InductorBackend().build_roots(workdir), result)
 
 
 def test_build_compiles_into_the_fresh_roots(built: Built) -> None:

@@ -9,6 +9,12 @@ worker, never reused. In a single process (`-n 0`) the folder is the session's o
 
 The shared folders are read-only by convention: a test that writes next to a model copies it first
 (`copy_tiny`), so each module keeps the private copy it had when it built its own.
+
+`tiny_prebuilt` is the same for the compile: one real `cachekeeper prebuild` of examples/tiny.yaml (the tiny
+Flux transformer, Inductor on CPU, one cold compile) per run, read by tests/backends/test_inductor_build.py
+(the build's own roots, kept) and tests/test_inductor_loop.py (the store and catalog it published). The
+heavy files are handed out in collection order (tests/harness/order.py), so the second of them starts long
+after the first has built it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from tests.compiles import run
 from tests.simulated import REPO
 from tests.simulated.harness import tiny_models
 
@@ -76,3 +83,25 @@ def copy_tiny(shared: Path, dest: Path) -> Path:
     """A private copy of a shared tiny-model folder (every model in it) at `dest`; returns `dest`."""
     shutil.copytree(shared, dest, dirs_exist_ok=True)
     return dest
+
+
+def _prebuild_tiny(models: Path, out: Path) -> None:
+    copy_tiny(models, out / "models")
+    # ./models/... resolves next to the config, in every copy of this folder.
+    shutil.copy(REPO / "examples" / "tiny.yaml", out / "tiny.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
+    (out / "build-tmp").mkdir()   # the builder's TMPDIR: its own header must not leak into a server's
+    env |= {"CACHEKEEPER_HOME": str(out / "home"), "TMPDIR": str(out / "build-tmp"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))}
+    run([sys.executable, "-m", "tests.harness.keep_builds", str(out / "builds"), "prebuild", str(out / "tiny.yaml")],
+        env, out)
+
+
+@pytest.fixture(scope="session")
+def tiny_prebuilt(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A shared folder: `tiny.yaml` (examples/tiny.yaml), `models/tiny-flux`, `home` (the file store and
+    SQLite catalog `cachekeeper prebuild tiny.yaml` filled) and `builds/0` (that build's workdir, kept:
+    `InductorBackend().build_roots(builds/0)` and its result.json). Read-only: copy it (`copy_tiny`) first."""
+    pytest.importorskip("torch")
+    pytest.importorskip("diffusers")
+    return built_once(tmp_path_factory, "tiny-prebuild", lambda out: _prebuild_tiny(tiny_flux_models, out))
