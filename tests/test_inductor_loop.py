@@ -1,7 +1,8 @@
 """The whole loop, for real, through the CLI: prebuild the tiny Flux transformer with Inductor, hydrate it
 into a fresh dir on a 'fresh instance' (new TMPDIR, new working dir), and a new process compiles nothing.
 
-Asserted with Inductor's own cache counters (FX graph and AOT autograd hits/misses), not with timing.
+Asserted with Inductor's own cache counters (FX graph and AOT autograd hits/misses), not with timing, and
+with the files: the server adds nothing but lock files to what hydrate placed.
 The prebuild is the run's shared one (tests/harness/tiny.py `tiny_prebuilt`: `cachekeeper prebuild
 examples/tiny.yaml`, one cold compile); this module works on its own copy of the store and catalog it filled.
 """
@@ -24,6 +25,11 @@ pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def files(root: Path) -> set[str]:
+    """Files under `root`, without the state dir hydrate keeps there."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and ".cachekeeper" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +57,8 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     headers = list((instance / "tmp").glob("torchinductor_*/precompiled_headers/*.h.gch"))
     assert len(headers) == 1, "hydrate restores the precompiled header where the server's TMPDIR says"
     stamp = headers[0].stat().st_mtime_ns
+    roots = (dest, headers[0].parent)
+    before = [files(root) for root in roots]
 
     served = run([sys.executable, str(REPO / "examples" / "serve.py"), str(tmp / "models" / "tiny-flux"),
                   "--component", "transformer", "--height", "64", "--width", "64"],
@@ -59,6 +67,9 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     assert out["fxgraph_cache_miss"] == 0 and out["fxgraph_cache_hit"] >= 1
     assert out["autograd_cache_miss"] == 0 and out["autograd_cache_hit"] >= 1
     assert headers[0].stat().st_mtime_ns == stamp, "the precompiled header was rebuilt"
+    for root, had in zip(roots, before, strict=True):
+        new = files(root) - had
+        assert all(f.startswith("locks/") for f in new), f"{root} gained non-lock files: {sorted(new)}"
 
     again = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",
                  str(instance / "ck"), "--json"], boot, instance)
