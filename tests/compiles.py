@@ -1,8 +1,9 @@
 """What the tests that compile for real (torch and Inductor, through the CLI) share: a command that must
 succeed, cachekeeper's warning lines, and the hydrated instance a module prebuilds once.
 
-Not a test module: tests/test_inductor_loop.py, tests/backends/test_inductor_aot.py and tests/pipeline/ import
-it, so none of them imports another test module (and its fixtures and marks) for a helper.
+Not a test module: tests/test_inductor_loop.py, tests/backends/test_inductor_aot.py, tests/pipeline/ and the
+shared prebuild (tests/harness/tiny.py) import it, so none of them imports another test module (and its
+fixtures and marks) for a helper.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Shared fixtures. Real servers are started lazily (first test that asks) and stopped at session end.
 
-Each harness module owns one server: tests/harness/postgres.py, seaweedfs.py, fakegcs.py. The tiny models
-are built once per run, across xdist workers, and shared: tests/harness/tiny.py.
+Each harness module owns one server: tests/harness/postgres.py, seaweedfs.py, fakegcs.py. The tiny models,
+and one prebuild of examples/tiny.yaml, are built once per run, across xdist workers, and shared:
+tests/harness/tiny.py.
 
 Under pytest-xdist the test files are handed out heaviest first (tests/harness/order.py): the few files
 that compile with torch in subprocesses hold most of the suite's CPU time in a handful of tests, and
