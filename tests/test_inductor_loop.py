@@ -19,6 +19,7 @@ import pytest
 
 from tests.compiles import run
 from tests.harness.tiny import copy_tiny
+from tests.simulated.harness import files_under
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
@@ -27,14 +28,10 @@ pytest.importorskip("diffusers")
 REPO = Path(__file__).resolve().parents[1]
 
 
-def files(root: Path) -> set[str]:
-    """Files under `root`, without the state dir hydrate keeps there."""
-    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and ".cachekeeper" not in p.parts}
-
-
 @pytest.fixture(scope="module")
 def published(tiny_prebuilt: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
-    tmp = copy_tiny(tiny_prebuilt, tmp_path_factory.mktemp("loop"))   # models, home (store, catalog), tiny.yaml
+    # models, home (store, catalog), tiny.yaml; not the kept build folder (150 MB, its header) it never reads
+    tmp = copy_tiny(tiny_prebuilt, tmp_path_factory.mktemp("loop"), ignore=("builds",))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CACHEKEEPER_", "TORCHINDUCTOR_"))}
     env["CACHEKEEPER_HOME"] = str(tmp / "home")
     config = tmp / "tiny.yaml"
@@ -58,7 +55,7 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     assert len(headers) == 1, "hydrate restores the precompiled header where the server's TMPDIR says"
     stamp = headers[0].stat().st_mtime_ns
     roots = (dest, headers[0].parent)
-    before = [files(root) for root in roots]
+    before = [set(files_under(root)) for root in roots]
 
     served = run([sys.executable, str(REPO / "examples" / "serve.py"), str(tmp / "models" / "tiny-flux"),
                   "--component", "transformer", "--height", "64", "--width", "64"],
@@ -68,7 +65,7 @@ def test_a_new_process_on_a_hydrated_dir_compiles_nothing(published: tuple[Path,
     assert out["autograd_cache_miss"] == 0 and out["autograd_cache_hit"] >= 1
     assert headers[0].stat().st_mtime_ns == stamp, "the precompiled header was rebuilt"
     for root, had in zip(roots, before, strict=True):
-        new = files(root) - had
+        new = set(files_under(root)) - had
         assert all(f.startswith("locks/") for f in new), f"{root} gained non-lock files: {sorted(new)}"
 
     again = run([sys.executable, "-m", "cachekeeper", "hydrate", "--config", str(config), "--dest",

@@ -1,5 +1,5 @@
 """`python -m tests.harness.keep_builds KEEP ARGS...`: the `cachekeeper` CLI with ARGS, except that each build's
-workdir is copied to `KEEP/<n>` before the worker removes it (its roots as the build left them, before
+workdir is copied to `KEEP/<its name>` before the worker removes it (its roots as the build left them, before
 `include` chose what to publish, and its result.json). The shared prebuild (tests/harness/tiny.py) runs the
 real `cachekeeper prebuild` through it, so the tests of the build itself read the same compile the other
 modules hydrate, instead of compiling the same entry again.
@@ -21,7 +21,8 @@ from cachekeeper.worker import prebuild, workdirs
 
 
 def keeping(keep: Path) -> None:
-    """Make the worker copy each build's workdir to `keep/<n>` (n = 0, 1, ...) before removing it."""
+    """Make the worker copy each build's workdir to `keep/<its name>` before removing it (the names are unique,
+    so builds in parallel slots never collide)."""
     made = workdirs.workdir
 
     @contextlib.contextmanager
@@ -30,8 +31,7 @@ def keeping(keep: Path) -> None:
             try:
                 yield path
             finally:
-                keep.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(path, keep / str(len(list(keep.iterdir()))), symlinks=True,
+                shutil.copytree(path, keep / path.name, symlinks=True,
                                 ignore=shutil.ignore_patterns(workdirs.LOCK_NAME))
 
     prebuild.workdir = workdir   # type: ignore[assignment]

@@ -79,9 +79,10 @@ def tiny_pipelines(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built_once(tmp_path_factory, "tiny-pipelines", _make_tiny_pipelines)
 
 
-def copy_tiny(shared: Path, dest: Path) -> Path:
-    """A private copy of a shared tiny-model folder (every model in it) at `dest`; returns `dest`."""
-    shutil.copytree(shared, dest, dirs_exist_ok=True)
+def copy_tiny(shared: Path, dest: Path, *, ignore: tuple[str, ...] = ()) -> Path:
+    """A private copy of a shared folder (every model in it, but the names in `ignore`) at `dest`; returns
+    `dest`."""
+    shutil.copytree(shared, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*ignore) if ignore else None)
     return dest
 
 
@@ -100,8 +101,8 @@ def _prebuild_tiny(models: Path, out: Path) -> None:
 @pytest.fixture(scope="session")
 def tiny_prebuilt(tiny_flux_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A shared folder: `tiny.yaml` (examples/tiny.yaml), `models/tiny-flux`, `home` (the file store and
-    SQLite catalog `cachekeeper prebuild tiny.yaml` filled) and `builds/0` (that build's workdir, kept:
-    `InductorBackend().build_roots(builds/0)` and its result.json). Read-only: copy it (`copy_tiny`) first."""
+    SQLite catalog `cachekeeper prebuild tiny.yaml` filled) and `builds/<one dir>` (that build's workdir, kept:
+    `InductorBackend().build_roots(that dir)` and its result.json). Read-only: copy it (`copy_tiny`) first."""
     pytest.importorskip("torch")
     pytest.importorskip("diffusers")
     return built_once(tmp_path_factory, "tiny-prebuild", lambda out: _prebuild_tiny(tiny_flux_models, out))
