@@ -17,4 +17,5 @@ pytest_plugins = [
     "tests.harness.fakegcs",
     "tests.harness.tiny",
     "tests.harness.order",
+    "tests.harness.signals",
 ]
