@@ -6,8 +6,10 @@ modifier flags without the flag they modify)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,21 @@ def test_a_private_key_pasted_as_the_sign_key_path_is_never_echoed(env: Env) -> 
     body = [ln for ln in secret.splitlines() if not ln.startswith("-----")]
     # before: the key's text in the error line, over three lines, and again in the hint
     assert proc.returncode == 2 and not any(ln[:12] in proc.stderr for ln in body) and "BEGIN" not in proc.stderr
+
+
+@pytest.mark.parametrize("planted", ["a FIFO", "a symlink to /dev/zero", "a 1 MiB file"])
+def test_a_sign_key_that_is_no_key_file_is_one_line_not_a_hang(env: Env, planted: str) -> None:
+    key = env.tmp / "k.pem"
+    if planted == "a FIFO":
+        os.mkfifo(key)
+    elif planted == "a symlink to /dev/zero":
+        key.symlink_to("/dev/zero")
+    else:
+        key.write_bytes(b"-----BEGIN PRIVATE KEY-----\n" + b"A" * (1 << 20))
+    # before: a FIFO blocked the prebuild until its 30 s timeout; /dev/zero read until memory ran out
+    proc = subprocess.run([sys.executable, "-m", "cachekeeper", "prebuild", str(env.config), "--no-catalog",
+                           "--sign-key", str(key)], capture_output=True, text=True, env=env.vars, cwd=env.tmp,
+                          timeout=30)
+    line = one_error_line(proc)
+    assert proc.returncode == 2 and "cannot load signing key" in line and "Traceback" not in proc.stderr, proc.stderr
+    assert any(ln.startswith("hint: ") for ln in proc.stderr.splitlines())

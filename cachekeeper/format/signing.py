@@ -38,12 +38,14 @@ from ..errors import (
     UsageError,
     WrongKeyRole,
 )
+from ..fs.paths import NotRegular, open_regular
 from .layout import signature_key
 
 __all__ = ["BUILDER", "CAPTURE", "Objects", "PublicKey", "SigningKey", "keyring", "publish_signature",
            "require_signature"]
 
 PREFIX = "ed25519:"
+MAX_KEY_FILE = 64 * 1024   # an ed25519 PEM is 119 bytes; a key file this large is something else
 BUILDER = "builder"
 CAPTURE = "capture"
 
@@ -138,9 +140,20 @@ class SigningKey:
                                   f"{tag}; not shown), not the path of a key file",
                                   "give the path of the key's PEM file, not its contents")
         try:
-            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+            # A FIFO or device named here would block the command for good, /dev/zero would never end: only a
+            # regular file (a symlink to one, as Kubernetes mounts secrets, is fine), and only a key's size.
+            with open_regular(path, follow=True) as f:
+                pem = f.read(MAX_KEY_FILE + 1)
+        except NotRegular as exc:
+            raise SigningKeyError(f"cannot load signing key {path}: {exc} (it must be a PEM file)",
+                                  path=str(path)) from None
         except OSError as exc:
             raise SigningKeyError(f"cannot load signing key {path}: {exc.strerror}", path=str(path)) from None
+        if len(pem) > MAX_KEY_FILE:
+            raise SigningKeyError(f"cannot load signing key {path}: over {MAX_KEY_FILE // 1024} KiB, which no "
+                                  "PEM private key is", path=str(path))
+        try:
+            key = serialization.load_pem_private_key(pem, password=None)
         except (ValueError, TypeError):   # the library's message may quote the file's bytes: never shown
             raise SigningKeyError(f"cannot load signing key {path}: not an unencrypted PEM private key",
                                   path=str(path)) from None

@@ -93,5 +93,8 @@ def test_a_key_round_trips_through_pem_and_its_public_line(tmp_path: Path) -> No
     (tmp_path / "k.pem").write_bytes(key.pem())
     again = SigningKey.load(tmp_path / "k.pem")
     assert PublicKey.parse(str(again.public)) == key.public
+    # Kubernetes mounts a secret's key file as a symlink (..data/k.pem): followed, as a path to a key should be
+    (tmp_path / "mounted.pem").symlink_to(tmp_path / "k.pem")
+    assert SigningKey.load(tmp_path / "mounted.pem").public == key.public
     with pytest.raises(UsageError, match="not an ed25519 public key"):
         PublicKey.parse("ed25519:bm90IGEga2V5")
