@@ -21,7 +21,7 @@ def source_of(param: str, flag: str, env: str | None) -> str:
     """`--flag` or `env VAR`: where the value of click parameter `param` came from."""
     ctx = click.get_current_context(silent=True)
     if env and ctx is not None and ctx.get_parameter_source(param) == click.core.ParameterSource.ENVIRONMENT:
-        return env
+        return f"env {env}"   # as settings.py and every other entry name a variable
     return flag
 
 

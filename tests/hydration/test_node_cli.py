@@ -43,11 +43,12 @@ def _config(tmp: Path, hydrate: str = "", priority: str = "5") -> Path:
     (["--node-cache-max-bytes", "9999999T"], {},
      "error: --node-cache-max-bytes must be a byte count from 1 to 2**60 (e.g. 20G), got '9999999T'"),
     ([], {"CACHEKEEPER_MAX_BYTES": "lots"},
-     "error: CACHEKEEPER_MAX_BYTES must be a byte count from 1 to 2**60 (e.g. 20G), got 'lots'"),
+     "error: env CACHEKEEPER_MAX_BYTES must be a byte count from 1 to 2**60 (e.g. 20G), got 'lots'"),
     (["--ready-after", "0"], {}, "error: --ready-after must be a whole number from 1 to 1000000, got '0'"),
     ([], {"CACHEKEEPER_READY_AFTER": "1e9"},
-     "error: CACHEKEEPER_READY_AFTER must be a whole number from 1 to 1000000, got '1e9'"),
-    ([], {"CACHEKEEPER_NODE_CACHE": " "}, "error: CACHEKEEPER_NODE_CACHE must name a directory, got an empty value"),
+     "error: env CACHEKEEPER_READY_AFTER must be a whole number from 1 to 1000000, got '1e9'"),
+    ([], {"CACHEKEEPER_NODE_CACHE": " "},
+     "error: env CACHEKEEPER_NODE_CACHE must name a directory, got an empty value"),
 ])
 def test_a_bad_node_setting_is_one_error_line_naming_its_source(
         tmp_path: Path, seen: list[dict[str, Any]], args: list[str], env: dict[str, str], line: str) -> None:
