@@ -39,11 +39,11 @@ class Env:
         return run_cli(args, {**self.vars, **env}, self.tmp, ok=ok)
 
 
-def run_cli(args: Sequence[str], env: dict[str, str], cwd: Path, *,
-            ok: bool = True) -> subprocess.CompletedProcess[str]:
+def run_cli(args: Sequence[str], env: dict[str, str], cwd: Path, *, ok: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """`cachekeeper ARGS` in a subprocess: never a traceback; with `ok`, exit 0."""
     proc = subprocess.run([sys.executable, "-m", "cachekeeper", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=120)
+                          cwd=cwd, timeout=timeout)
     assert "Traceback" not in proc.stderr, proc.stderr
     if ok:
         assert proc.returncode == 0, proc.stderr
