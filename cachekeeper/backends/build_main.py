@@ -378,8 +378,10 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
     except (ValueError, KeyError, TypeError) as exc:
         print(f"cachekeeper-build: error: bad job JSON: {exc}", file=sys.stderr)
         return 2
+    built = False
     try:
         result = build(job)
+        built = True
     except CachekeeperError as exc:
         print(f"cachekeeper-build: error: {exc.message}", file=sys.stderr)
         if exc.hint:  # only a raise site's own next step: class hints live in the CLI's table
@@ -392,19 +394,25 @@ def build_main(argv: list[str], prog: str, build: Callable[[BuildJob], dict[str,
         print(f"cachekeeper-build: error: {job.spec.label()}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        _close_process_group()
+        _close_process_group(wait_for_peers=built)
     if result.get("rank", 0) == 0:
         write_result(job.result_path, result)
         print(json.dumps({"counters": result.get("counters")}))
     return 0
 
 
-def _close_process_group() -> None:
+def _close_process_group(*, wait_for_peers: bool) -> None:
+    """Tear a tensor-parallel build's process group down, a rank that built waiting for its peers first: rank 0
+    tearing down and exiting while rank 1 was still at work aborted rank 1 in gloo ("terminate called without
+    an active exception", SIGABRT), and the build failed (seen on 2 loaded cores). A rank that failed does not
+    wait: torchrun stops the others when it exits."""
     if "torch.distributed" not in sys.modules:
         return
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 
