@@ -161,6 +161,9 @@ def tp_degree(job: BuildJob) -> int:
     return n
 
 
+TORCHRUN_LOGS = "torchrun-logs"   # in the build's workdir, beside its roots
+
+
 def module_command(module: str, job: BuildJob, env: Mapping[str, str]) -> BuildCommand:
     """`python -m module JOB`, or N ranks of it under torchrun when the entry is tensor parallel."""
     n = tp_degree(job)
@@ -168,8 +171,10 @@ def module_command(module: str, job: BuildJob, env: Mapping[str, str]) -> BuildC
     if n == 1:
         return cmd
     # --standalone: a private rendezvous on a free local port, so parallel builds never collide.
+    # --log-dir: torchrun's per-run dir goes in the build's workdir (removed with it), not a
+    # `torchelastic_*` mkdtemp in $TMPDIR that nothing removes (torch/distributed/elastic/multiprocessing/api.py).
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-            "-m", module, job.to_json()]
+            f"--log-dir={cache_workdir(job) / TORCHRUN_LOGS}", "-m", module, job.to_json()]
     return BuildCommand(argv, cmd.env)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from cachekeeper.backends.base import BuildJob, ModelRef
 from cachekeeper.backends.neuron import NeuronBackend
+from cachekeeper.backends.toolchain import TORCHRUN_LOGS
 from tests.simulated.harness import (
     clear_device_env,
     entry,
@@ -106,6 +107,8 @@ def test_a_tensor_parallel_build_runs_its_ranks_under_torchrun(full: tuple[Path,
     assert result["counters"]["compiled"] == len(files)
     assert result["counters"]["compiled"] + result["counters"]["loaded"] == 2 * len(files)
     assert not set(files) & set(files_under(full[0]))  # a sharded graph is another NEFF
+    # torchrun's run dir is in the build's workdir (removed with it), not a torchelastic_* dir left in $TMPDIR
+    assert any((tmp_path / TORCHRUN_LOGS).iterdir())
 
 
 def test_a_build_records_the_runtimes_own_target_and_lnc(full: tuple[Path, dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cachekeeper.backends.base import BuildJob, ModelRef
+from cachekeeper.backends.toolchain import TORCHRUN_LOGS
 from cachekeeper.backends.tpu import TPUBackend
 from cachekeeper.backends.tpu.probes import PRIVATE_TIER2_PREFIX, remove_private_tier2
 from cachekeeper.errors import BackendUnavailable, ConfigError, DestinationError
@@ -189,7 +190,7 @@ def test_a_tensor_parallel_build_starts_through_the_packages_launch_helper(tmp_p
     calls it in the parent, then runs torchrun with the same arguments."""
     argv = TPUBackend().build_command(_job(tmp_path, "full", tp=2)).argv
     assert argv[1:] == ["-m", "cachekeeper.backends.tpu.launch", "--standalone", "--nproc_per_node=2",
-                        "-m", "cachekeeper.backends.tpu.build", argv[-1]]
+                        f"--log-dir={tmp_path / 'w' / TORCHRUN_LOGS}", "-m", "cachekeeper.backends.tpu.build", argv[-1]]
 
 
 @pytest.mark.parametrize("name", [f"{K}_{K}_{K}", f"{K}_{K}_{K}_g", f"{K}_{K}_{K}_id key.with-dots"])
