@@ -41,6 +41,22 @@ class CachekeeperError(Exception):
         return self.message
 
 
+# --- what a plugin lets out ----------------------------------------------------------------------------
+
+def outside_contract(exc: BaseException) -> bool:
+    """Whether a plugin (a store, a backend) raised `exc` outside its contract, so cachekeeper translates it
+    at the plugin's boundary (stores/plugin.py, backends/__init__.py). The contract's own classes pass, and
+    so do what is no plugin's failure: KeyboardInterrupt, SystemExit (not `Exception`s) and MemoryError."""
+    return isinstance(exc, Exception) and not isinstance(exc, (CachekeeperError, MemoryError))
+
+
+def describe(exc: BaseException) -> str:
+    """`exc` as one short line: `ConnectionResetError: [Errno 104] Connection reset by peer`."""
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 300 else text[:299] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 # --- input (2) -------------------------------------------------------------------------------------
 
 class UsageError(CachekeeperError):

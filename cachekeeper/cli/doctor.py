@@ -34,7 +34,8 @@ def _cache_dir(backend: Any) -> dict[str, str | None]:
 
 
 def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
-    """One backend's report; every failure becomes a `reason`, never an exception."""
+    """One backend's report; every failure of the backend becomes a `reason`, never an exception (a plugin's
+    stray exception too: the registry turns it into BackendUnavailable naming the plugin)."""
     from ..backends import get_backend
 
     row: dict[str, Any] = {"backend": name, "usable": False, "reason": None, "fingerprint": None,
@@ -44,23 +45,26 @@ def check_backend(name: str, options: dict[str, str]) -> dict[str, Any]:
     except (ImportError, AttributeError) as exc:
         row["reason"] = f"backend module cannot be loaded: {exc}"
         return row
+    try:
+        _probe(backend, options, row)
+    except CachekeeperError as exc:  # a backend's own reason, without the backend name doctor shows anyway
+        row["reason"] = (exc.reason if isinstance(exc, BackendUnavailable) else None) or exc.message
+    return row
+
+
+def _probe(backend: Any, options: dict[str, str], row: dict[str, Any]) -> None:
     row["env_var"] = backend.env_var
     row["cache_dir"] = _cache_dir(backend)
     reason = backend.unavailable_reason(options)
     if reason:
         row["reason"] = reason
-        return row
+        return
     row["warnings"] = backend.env_warnings(options)
     # Hydrating needs no device; building and serving do: say so, by the runtime's own rule.
     row["device"] = backend.device_reason(options)
-    try:
-        fp = backend.fingerprint(options)
-    except CachekeeperError as exc:  # a backend's own reason, without the backend name doctor shows anyway
-        row["reason"] = (exc.reason if isinstance(exc, BackendUnavailable) else None) or exc.message
-        return row
+    fp = backend.fingerprint(options)
     row["usable"] = True
     row["fingerprint"] = {"id": fp.id, "fields": dict(fp.fields)}
-    return row
 
 
 def _serve_env(items: tuple[str, ...]) -> dict[str, str]:

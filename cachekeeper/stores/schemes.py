@@ -5,6 +5,10 @@ plugin's. The entry point's name is the scheme; its object parses that scheme's 
 opens a store from one (`open_url`): a `Store` subclass, or a `LazyStore` that imports its store's module
 (and so its SDK) only to open one. A scheme registered twice, to different objects, is refused rather
 than resolved by install order: a store other than the one meant is worse than none.
+
+A plugin's store (any scheme whose object is not cachekeeper's own) is opened behind `PluginStore`
+(stores/plugin.py): whatever its parse, open or any later call raises outside the store contract becomes a
+store error naming the plugin, so a plugin's stray exception is a store failure, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import UsageError
+from ..errors import UsageError, outside_contract
 from .base import Store
+from .plugin import PluginStore, translate
 from .url import StoreURL, closest, near_url, split_url, suggest_url
 
 if TYPE_CHECKING:
@@ -77,6 +82,16 @@ def store_scheme(scheme: str) -> StoreScheme:
     return scheme_object
 
 
+@functools.cache
+def plugin_origin(scheme: str) -> str | None:
+    """`dir2 (ck_dir2:Dir2Store from ck-dir2)` for a plugin's scheme, what its errors are named by; None for
+    cachekeeper's own stores (their object lives in the cachekeeper package) and an unknown scheme."""
+    eps = _registered().get(scheme)
+    if not eps or eps[0].module.partition(".")[0] == "cachekeeper":
+        return None
+    return f"{scheme} ({_origin(eps[0])})"
+
+
 def unknown_scheme(scheme: str, url: str) -> UsageError:
     """The one error for a scheme no installed distribution registers, listing those that are."""
     installed = installed_schemes()
@@ -115,7 +130,13 @@ def parse_store_url(url: str, base: str | Path | None = None) -> StoreURL:
         scheme = "file"   # a plain path
     if scheme not in _registered():
         raise unknown_scheme(scheme, url)
-    where = store_scheme(scheme).parse_url(url, base)
+    origin = plugin_origin(scheme)
+    try:
+        where = store_scheme(scheme).parse_url(url, base)
+    except Exception as exc:
+        if origin is None or not outside_contract(exc):
+            raise
+        raise translate(exc, origin, f"parsing {url}", url=url) from exc
     if where.scheme != scheme:
         raise UsageError(f"store scheme {scheme!r} parsed {url!r} as {where.scheme!r}",
                          f"the {scheme}:// store's parse_url keeps its scheme", url=url)
@@ -123,8 +144,9 @@ def parse_store_url(url: str, base: str | Path | None = None) -> StoreURL:
 
 
 def open_url(url: str, *, create: bool = True) -> Store:
-    """The store `url` names, opened by its scheme's registered object."""
+    """The store `url` names, opened by its scheme's registered object (a plugin's behind `PluginStore`)."""
     where = parse_store_url(url)
+    origin = plugin_origin(where.scheme)
     try:
         store = store_scheme(where.scheme).open_url(where, create=create)
     except ImportError as exc:   # a LazyStore's module, or its SDK, is not installed
@@ -132,7 +154,11 @@ def open_url(url: str, *, create: bool = True) -> Store:
                          f"install the package that provides {where.scheme}:// with its dependencies "
                          "(cachekeeper's own: pip install 'cachekeeper[s3]' or 'cachekeeper[gcs]')",
                          url=str(where)) from None
+    except Exception as exc:
+        if origin is None or not outside_contract(exc):
+            raise
+        raise translate(exc, origin, f"opening {where}", url=str(where)) from exc
     if not isinstance(store, Store):
         raise UsageError(f"the {where.scheme}:// store opened {type(store).__name__}, not a Store",
                          "a store's open_url returns a cachekeeper.stores.base.Store", url=str(where))
-    return store
+    return store if origin is None else PluginStore(store, origin)

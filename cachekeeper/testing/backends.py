@@ -24,6 +24,11 @@ field covers, which must change the fingerprint; None when the backend ignores o
 `tp` entry builds under torchrun), `pin_dist` (which distribution's pin to test; by default the last of the
 backend's `dists`, none without), and a `build_parts` fixture returning (entry, model, options) for one
 real (or simulated) build, which runs the build command in a subprocess.
+
+A plugin backend's host-side methods (fingerprint, the probes, env_exports, ...) are called behind the
+registry's boundary: whatever they raise outside the contract (`ConnectionResetError`, `TimeoutError`,
+`KeyError`, a bare `Exception`) ends as one `BackendUnavailable` naming the plugin. The fault tests make the
+backend's own method raise each and check that (cachekeeper's own backends are not behind it: skipped).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import pytest
 from ..backends import get_backend, modes_for
 from ..backends.base import CACHE_ROOT, Backend, BuildJob
 from ..backends.toolchain import dist_version, pin_option
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, describe
 from ..format.spec import EntrySpec, ModelRef, Shape
 
 __all__ = ["BackendConformance", "BuildParts"]
@@ -104,7 +109,28 @@ class BackendConformance:
     # --- registration --------------------------------------------------------------------------------
 
     def test_the_registry_returns_this_backend_by_name(self, backend: Backend) -> None:
-        assert type(get_backend(backend.name)) is type(backend)
+        assert isinstance(get_backend(backend.name), type(backend))   # a plugin's behind the boundary: a subclass
+
+    # --- faults --------------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("fault", [ConnectionResetError(104, "Connection reset by peer"),
+                                       TimeoutError("timed out"), KeyError("TOOLCHAIN_HOME"), Exception("probe")],
+                             ids=lambda e: type(e).__name__)
+    @pytest.mark.parametrize("method", ["fingerprint", "unavailable_reason", "env_warnings"])
+    def test_a_probe_raising_outside_the_contract_is_one_backend_error_naming_the_plugin(
+            self, backend: Backend, method: str, fault: Exception, monkeypatch: pytest.MonkeyPatch) -> None:
+        if type(backend).__module__.partition(".")[0] == "cachekeeper":
+            pytest.skip("cachekeeper's own backends are not behind the plugin boundary (a bug keeps its traceback)")
+
+        def raises(*args: object, **kwargs: object) -> object:
+            raise fault
+
+        own = next(c for c in type(backend).__mro__ if "plugin_origin" not in vars(c))   # not the boundary's
+        monkeypatch.setattr(own, method, raises)
+        with pytest.raises(BackendUnavailable) as info:
+            getattr(get_backend(backend.name), method)(dict(self.options))
+        assert info.value.backend == backend.name and info.value.__cause__ is fault
+        assert f"failed in {method}(): {describe(fault)}" in info.value.message and "\n" not in info.value.message
 
     def test_modes_are_declared_and_the_registry_agrees(self, backend: Backend) -> None:
         assert backend.modes and all(isinstance(m, str) and m for m in backend.modes)

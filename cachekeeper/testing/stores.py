@@ -18,8 +18,16 @@ subclass the suite in a test module and provide `store`, a fresh, empty store, a
 URL: name a fixture that yields a fresh URL (`url_fixture = "s3_store_url"`). Knobs a subclass may set:
 `streams_downloads` (False only for a store that holds objects in memory anyway), `unvalidated_key_ops`
 (known gaps, as strict xfails) and `leave_debris` (what a publisher killed mid-write leaves, for gc; a
-store whose writes leave nothing says why in its `debris_note`). Names state the behaviour; each test
-checks one promise. The suite writes objects of 20 MiB (`LARGE`), so a test server needs room for a few.
+store that lists debris but whose writes leave nothing says why in its `debris_note`). Names state the
+behaviour; each test checks one promise. The suite writes objects of 20 MiB (`LARGE`), so a test server
+needs room for a few.
+
+What docs/stores.md calls optional is tested only where the store has it: a store without its own
+`download` is not held to streaming one, and one without `list_debris` lists none. The fault tests
+(`FaultConformance`) put the store under test behind a fault-injecting wrapper whose reads raise what an
+unwrapped SDK raises (`ConnectionResetError`, `TimeoutError`, `KeyError`, a bare `Exception`) mid-stream,
+behind the boundary cachekeeper puts every plugin's store behind (stores/plugin.py), and check that each
+read ends in the documented store error, or resumes from the last byte when another attempt cures it.
 """
 
 from __future__ import annotations
@@ -34,10 +42,14 @@ from typing import Any
 
 import pytest
 
-from ..errors import ObjectNotFound, UnsafePath
+from ..errors import ObjectNotFound, StoreError, StoreUnreachable, UnsafePath, describe
 from ..stores import Store, open_store
+from ..stores.base import Body, ObjectInfo
+from ..stores.plugin import PluginStore
+from ..stores.reader import Counter, RetryPolicy, read_into
 
-__all__ = ["BINARY", "LARGE", "DebrisConformance", "StoreConformance", "URLStoreConformance"]
+__all__ = ["BINARY", "FAULTS", "LARGE", "DebrisConformance", "FaultConformance", "FaultyStore", "StoreConformance",
+           "URLStoreConformance"]
 
 LARGE = 20 << 20  # above the S3/GCS single-request thresholds, so put_file takes the streaming path
 
@@ -72,6 +84,188 @@ def _invalid_key_ops(tmp: Path) -> dict[str, Callable[[Store, str], Any]]:
     }
 
 
+def _bare(store: Store) -> Store:
+    """The store itself, without the boundary a plugin's store is opened behind."""
+    return store.inner if isinstance(store, PluginStore) else store
+
+
+def implements(store: Store, method: str) -> bool:
+    """Whether the store has its own `method` (an optional capability), not `Store`'s default."""
+    return getattr(type(_bare(store)), method) is not getattr(Store, method)
+
+
+# What an SDK nobody wrapped raises: the network's two, and two a plugin's own bug lets out.
+FAULTS: dict[str, Callable[[], Exception]] = {
+    "ConnectionResetError": lambda: ConnectionResetError(104, "Connection reset by peer"),
+    "TimeoutError": lambda: TimeoutError("The read operation timed out"),
+    "KeyError": lambda: KeyError("x-amz-request-id"),
+    "Exception": lambda: Exception("the SDK gave up"),
+}
+NETWORK = ("ConnectionResetError", "TimeoutError")
+
+
+class _FaultyBody(Body):
+    def __init__(self, inner: Body, faulty: FaultyStore) -> None:
+        self.inner, self.faulty, self.total = inner, faulty, inner.total
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        for chunk in self.inner.chunks(size):
+            if self.faulty.due():
+                yield chunk[:max(1, len(chunk) // 2)]   # some bytes arrive, then the stream fails
+                raise self.faulty.fault()
+            yield chunk
+
+    def close(self) -> None:
+        self.faulty.closed += 1
+        self.inner.close()
+
+
+class _FaultyOut:
+    def __init__(self, out: Any, faulty: FaultyStore) -> None:
+        self.out, self.faulty = out, faulty
+
+    def write(self, data: bytes) -> int:
+        written: int = self.out.write(data)
+        if self.faulty.due():   # after the first bytes were delivered: mid-stream
+            raise self.faulty.fault()
+        return written
+
+
+class FaultyStore(Store):
+    """`inner` whose reads fail mid-stream as an unwrapped SDK's do: a body and a download raise `fault()`
+    after some bytes, a listing after its first item, `get_bytes`/`get_range`/`size` at once; the first
+    `times` reads only (every read when None). `starts` records each ranged read's offset."""
+
+    def __init__(self, inner: Store, fault: Callable[[], Exception], times: int | None = None) -> None:
+        self.inner, self.fault, self.times, self.url = inner, fault, times, inner.url
+        self.faults, self.opened, self.closed = 0, 0, 0
+        self.starts: list[int] = []
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        with self._lock:
+            if self.times is not None and self.faults >= self.times:
+                return False
+            self.faults += 1
+            return True
+
+    def _fail_now(self) -> None:
+        if self.due():
+            raise self.fault()
+
+    def put_bytes(self, key: str, data: bytes) -> bool:
+        return self.inner.put_bytes(key, data)
+
+    def get_bytes(self, key: str) -> bytes:
+        self._fail_now()
+        return self.inner.get_bytes(key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        self._fail_now()
+        return self.inner.get_range(key, start, length)
+
+    def download(self, key: str, out: Any) -> int:
+        return self.inner.download(key, _FaultyOut(out, self))  # type: ignore[arg-type]
+
+    def open_range(self, key: str, start: int, end: int | None, read_timeout: float,
+                   connect_timeout: float) -> Body:
+        self.starts.append(start)
+        body = self.inner.open_range(key, start, end, read_timeout, connect_timeout)
+        self.opened += 1
+        return _FaultyBody(body, self)
+
+    def size(self, key: str) -> int | None:
+        self._fail_now()
+        return self.inner.size(key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return (info.key for info in self.list_info(prefix))
+
+    def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        for i, info in enumerate(self.inner.list_info(prefix)):
+            yield info
+            if i == 0:
+                self._fail_now()
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+
+class FaultConformance:
+    """Mixed into StoreConformance: a read that fails as an unwrapped SDK's does, behind the plugin boundary."""
+
+    FAULTED = 96 << 10   # one chunk of every store's body; the fault comes halfway through it
+
+    @pytest.fixture
+    def faulted(self, store: Store) -> bytes:
+        data = random.Random(41).randbytes(self.FAULTED)
+        store.put_bytes("faults/obj", data)
+        store.put_bytes("faults/other", b"x")
+        return data
+
+    @staticmethod
+    def behind_the_boundary(store: Store, fault: str, times: int | None = None) -> tuple[PluginStore, FaultyStore]:
+        faulty = FaultyStore(_bare(store), FAULTS[fault], times)
+        return PluginStore(faulty, "under-test (conformance)"), faulty
+
+    @staticmethod
+    def read(store: Store, data: bytes, counter: Counter) -> bytes:
+        parts: list[bytes] = []
+        read_into(store, "faults/obj", parts.append, length=len(data), total=len(data), counter=counter,
+                  policy=RetryPolicy(attempts=3, base=0.001, cap=0.005))
+        return b"".join(parts)
+
+    @pytest.mark.parametrize("fault", NETWORK)
+    def test_a_ranged_read_reset_mid_stream_resumes_from_the_last_byte(self, store: Store, faulted: bytes,
+                                                                       fault: str) -> None:
+        guarded, faulty = self.behind_the_boundary(store, fault, times=1)
+        counter = Counter()
+        assert self.read(guarded, faulted, counter) == faulted
+        assert counter.retries == 1
+        assert faulty.starts[0] == 0 and 0 < faulty.starts[1] < len(faulted), faulty.starts  # resumed, not restarted
+        assert faulty.closed == faulty.opened == 2, "a body that failed mid-stream was not closed"
+
+    @pytest.mark.parametrize("fault", list(FAULTS))
+    def test_a_ranged_read_failing_mid_stream_ends_in_a_store_error_naming_the_plugin(
+            self, store: Store, faulted: bytes, fault: str) -> None:
+        guarded, faulty = self.behind_the_boundary(store, fault)
+        counter = Counter()
+        with pytest.raises(StoreError) as info:
+            self.read(guarded, faulted, counter)
+        message = info.value.message
+        assert "store plugin under-test (conformance) failed reading faults/obj" in message and "\n" not in message
+        assert describe(FAULTS[fault]()) in message
+        if fault in NETWORK:   # another attempt may cure a reset: retried, then given up
+            assert counter.retries == 3 and message.endswith("(gave up after 3 attempts)")
+        else:                  # a plugin's bug is no network weather: not retried, the original kept
+            assert counter.retries == 0 and type(info.value.__cause__) is type(FAULTS[fault]())
+        assert faulty.closed == faulty.opened >= 1, "a body that failed mid-stream was not closed"
+
+    @pytest.mark.parametrize("fault", list(FAULTS))
+    @pytest.mark.parametrize("op", ["get_bytes", "get_range", "download", "size", "list_info"])
+    def test_every_read_failing_outside_the_contract_ends_in_the_documented_store_error(
+            self, store: Store, faulted: bytes, fault: str, op: str) -> None:
+        guarded, _ = self.behind_the_boundary(store, fault)
+        calls: dict[str, Callable[[], object]] = {
+            "get_bytes": lambda: guarded.get_bytes("faults/obj"),
+            "get_range": lambda: guarded.get_range("faults/obj", 10, 100),
+            "download": lambda: guarded.download("faults/obj", _Recorder()),  # type: ignore[arg-type]
+            "size": lambda: guarded.size("faults/obj"),
+            "list_info": lambda: list(guarded.list_info("faults/")),
+        }
+        with pytest.raises(StoreError) as info:
+            calls[op]()
+        error = info.value
+        assert not isinstance(error, ObjectNotFound), "a failed read is a failure, never a miss"
+        assert "\n" not in error.message
+        if not error.message.startswith("store plugin "):
+            return   # the store caught it itself (a fault inside its SDK call) and raised a contract class
+        # At the boundary: the network's faults are an unreachable store, anything else a store failure.
+        assert type(error) is (StoreUnreachable if fault in NETWORK else StoreError)
+        assert type(error.__cause__) is type(FAULTS[fault]()), "the original is kept as __cause__"
+        assert describe(FAULTS[fault]()) in error.message
+
+
 class DebrisConformance:
     """Mixed into StoreConformance: batch existence checks, and the debris a killed publisher leaves."""
 
@@ -93,9 +287,12 @@ class DebrisConformance:
     def test_debris_of_a_killed_publisher_is_listed_apart_from_objects_and_removed(self, store: Store,
                                                                                    tmp_path: Path) -> None:
         key = self.leave_debris(store, tmp_path)
+        if key is None and not implements(store, "list_debris"):   # optional (docs/stores.md)
+            pytest.skip(f"{type(_bare(store)).__name__} has no debris hooks (optional): gc lists nothing of it")
         if key is None:
-            assert store.debris_note, "a store whose writes leave nothing listable says why in `debris_note`"
-            pytest.skip(f"{type(store).__name__} writes leave nothing listable: {store.debris_note}")
+            assert store.debris_note, "a store that lists debris, but whose writes leave nothing listable, says why " \
+                                      "in `debris_note`"
+            pytest.skip(f"{type(_bare(store)).__name__} writes leave nothing listable: {store.debris_note}")
         [item] = list(store.list_debris())
         assert item.key == key and time.time() - 300 < item.mtime <= time.time() + 5
         assert key not in set(store.list()) and key not in {o.key for o in store.list_info()}
@@ -104,7 +301,7 @@ class DebrisConformance:
         store.delete_debris(item)   # gone already: not an error
 
 
-class StoreConformance(DebrisConformance):
+class StoreConformance(DebrisConformance, FaultConformance):
     # The test-only memory store writes a download in one piece; every real store must stream.
     streams_downloads = True
     # Operations a store is known not to validate keys for (a strict xfail: fixing the store fails it).
@@ -207,7 +404,7 @@ class StoreConformance(DebrisConformance):
         out = _Recorder()
         assert store.download("big/obj", out) == LARGE  # type: ignore[arg-type]
         assert out.h.hexdigest() == hashlib.sha256(data).hexdigest()
-        if self.streams_downloads:
+        if self.streams_downloads and implements(store, "download"):   # optional (docs/stores.md)
             assert max(out.writes) < LARGE, "download wrote the object in one piece: it did not stream"
         mid = (8 << 20) - 100  # straddles the 8 MiB boundary of chunked transfers
         assert store.get_range("big/obj", mid, 300) == data[mid:mid + 300]

@@ -4,6 +4,7 @@
 `.dist-info` whose entry_points.txt is the pyproject's `[project.entry-points]`) without a build, so
 `importlib.metadata` finds their entry points in any process that has the directory on PYTHONPATH. The
 test process itself never imports them: what is installed there stays as the rest of the suite expects.
+`pip_install` installs one with pip itself (a real build), as a user installs a plugin package.
 """
 
 from __future__ import annotations
@@ -30,12 +31,39 @@ def install(plugin: Path, site: Path) -> None:
     write_dist_info(site, project["name"], project["version"], project.get("entry-points", {}))
 
 
+def pip_install(plugin: Path, site: Path, work: Path) -> None:
+    """Build and install the distribution in `plugin` into `site` with pip itself (`pip install --target`: a
+    real wheel, its entry points written by setuptools), from a copy, so the build leaves nothing here."""
+    source = work / plugin.name
+    shutil.copytree(plugin, source, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-compile", "--target", str(site), str(source)], check=True, capture_output=True,
+                   timeout=300)
+
+
 def write_dist_info(site: Path, name: str, version: str, entry_points: Mapping[str, Mapping[str, str]]) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text("".join(
         f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in entry_points.items()))
+
+
+def echo_config(cwd: Path) -> Path:
+    """`cwd/ck.yaml`: one tiny model (an empty dir) built by the echo backend plugin at one shape."""
+    (cwd / "model").mkdir()
+    config = cwd / "ck.yaml"
+    config.write_text(f"""
+version: 1
+defaults:
+  backends: [echo]
+  shapes: {{height: [64], width: [64], batch: [1]}}
+models:
+  - name: tiny
+    path: {cwd / "model"}
+    component: transformer
+""")
+    return config
 
 
 class Plugged:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .distributions import HERE, Plugged, write_dist_info
+from .distributions import HERE, Plugged, echo_config, write_dist_info
 
 ECHO = {"CACHEKEEPER_BACKENDS": "echo=ck_echo_backend:EchoBackend"}
 STORE = "dirstore://team/cache"
@@ -35,18 +35,7 @@ def test_the_plugin_store_passes_store_conformance_opened_from_its_url(plugged: 
 
 
 def test_an_entry_published_to_the_plugin_store_hydrates_from_its_url(plugged: Plugged) -> None:
-    (plugged.cwd / "model").mkdir()
-    config = plugged.cwd / "ck.yaml"
-    config.write_text(f"""
-version: 1
-defaults:
-  backends: [echo]
-  shapes: {{height: [64], width: [64], batch: [1]}}
-models:
-  - name: tiny
-    path: {plugged.cwd / "model"}
-    component: transformer
-""")
+    config = echo_config(plugged.cwd)
     built = plugged.cachekeeper("prebuild", str(config), "--store", STORE, "--json", **ECHO)
     assert built.returncode == 0, built.stderr
     blobs = list((plugged.cwd / "volumes" / "team" / "cache").rglob("*.json"))

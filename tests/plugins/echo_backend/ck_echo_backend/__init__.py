@@ -1,11 +1,13 @@
 """An example backend plugin: its "compiler" writes each entry's key into a few files of its cache dir.
 
 It imports only the names the backend contract documents (cachekeeper.backends.base, docs/backends.md).
-Its toolchain is the env var ECHO_TOOLCHAIN, so a test can play another host.
+Its toolchain is the env var ECHO_TOOLCHAIN, so a test can play another host. ECHO_FAULT=KeyError makes its
+fingerprint raise that builtin exception, as a probe nobody wrapped does.
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +20,8 @@ class EchoBackend(Backend):
     env_var = "ECHO_CACHE_DIR"
 
     def fingerprint(self, options: Mapping[str, str]) -> Fingerprint:
+        if fault := os.environ.get("ECHO_FAULT"):
+            raise getattr(builtins, fault)("echo fault injected in fingerprint")
         return Fingerprint.of(self.name, {"toolchain": os.environ.get("ECHO_TOOLCHAIN", "1")})
 
     def unavailable_reason(self, options: Mapping[str, str] | None = None) -> str | None:
