@@ -213,6 +213,15 @@ class BuildFailed(CachekeeperError):
     exit_code = 7
 
 
+class DeviceCheckBuildFailed(BuildFailed):
+    """`doctor --device-check`: one of the check's own processes (the tiny model, the build, the server) failed,
+    ran out of time, or wrote no result: the check could not judge the runtime (not a prebuild entry)."""
+
+
+class DeviceCheckNeedsModule(DeviceCheckBuildFailed):
+    """`doctor --device-check`: a module one of its processes imports (torch, diffusers) is not installed."""
+
+
 class NothingToHydrate(CachekeeperError):
     exit_code = 8
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from typing import Any
 
 from .. import settings
 from ..backends.base import CACHE_ROOT, Backend, BuildJob
-from ..errors import BackendUnavailable, BuildFailed, DeviceCheckFailed
+from ..errors import BackendUnavailable, DeviceCheckBuildFailed, DeviceCheckFailed, DeviceCheckNeedsModule
 from ..format.spec import EntrySpec, ModelRef, Shape
 
 MODEL = "device-check"
@@ -170,12 +171,25 @@ def _last_line(text: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
+_MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([\w.]+)'")
+
+
 def _run(argv: list[str], env: Mapping[str, str] | None, cwd: Path, timeout: float, what: str) -> None:
-    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    """Run one of the check's processes; any way it fails is one DeviceCheckBuildFailed line."""
+    try:
+        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise DeviceCheckBuildFailed(f"device check: the {what} ran past {timeout:g}s and was stopped") from None
+    except OSError as exc:   # the backend's build_command names a program that cannot run
+        raise DeviceCheckBuildFailed(f"device check: the {what} cannot start ({argv[0]}): "
+                                     f"{exc.strerror or exc}") from None
     if proc.returncode != 0:
         # One line: the child's own last line (its `cachekeeper-build: error:` line, or a traceback's last).
         last = _last_line(proc.stderr or proc.stdout).removeprefix("cachekeeper-build: error: ")
-        raise BuildFailed(f"device check: the {what} failed (exit {proc.returncode}): {last}")
+        if missing := _MISSING_MODULE.search(last):
+            raise DeviceCheckNeedsModule(f"device check: the {what} needs {missing.group(1).partition('.')[0]}, "
+                                         f"which is not installed in this environment ({argv[0]})")
+        raise DeviceCheckBuildFailed(f"device check: the {what} failed (exit {proc.returncode}): {last}")
 
 
 def _build(backend: Backend, job: BuildJob, cwd: Path, env: Mapping[str, str], timeout: float,
@@ -183,8 +197,23 @@ def _build(backend: Backend, job: BuildJob, cwd: Path, env: Mapping[str, str], t
     cmd = backend.build_command(job)
     cmd.env.update(env)
     _run(cmd.argv, cmd.env, cwd, timeout, what)
-    result: dict[str, Any] = json.loads(Path(job.result_path).read_text())
-    return result, cmd.env
+    return _result(Path(job.result_path), what), cmd.env
+
+
+def _result(path: Path, what: str) -> dict[str, Any]:
+    """The JSON result a build wrote at the job's `result_path`: a mapping with its `counters`."""
+    try:
+        result = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DeviceCheckBuildFailed(f"device check: the {what} exited 0 but wrote no result file ({path}); its "
+                                     "build module writes the job's result_path") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DeviceCheckBuildFailed(f"device check: the {what}'s result file {path} cannot be read: "
+                                     f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(result, dict) or not isinstance(result.get("counters"), dict):
+        raise DeviceCheckBuildFailed(f"device check: the {what}'s result file {path} holds no `counters` "
+                                     "(the runtime's compile and load counts the check judges by)")
+    return result
 
 
 def preflight(backend: Backend, options: Mapping[str, str]) -> None:

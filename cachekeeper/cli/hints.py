@@ -88,6 +88,12 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
                               "until the check passes, treat this toolchain's artifacts as unverified"),
     e.BuildFailed: Hint("read the log tail above; `cachekeeper prebuild CONFIG --only KEY` retries one entry",
                         "read the log tail above; `cachekeeper prebuild CONFIG --only {key}` retries it"),
+    e.DeviceCheckBuildFailed: Hint("the device check's own build failed, not a prebuild entry: fix what the error "
+                                   "names on this host (`cachekeeper doctor` shows the backend), then run "
+                                   "`cachekeeper doctor --device-check` again"),
+    e.DeviceCheckNeedsModule: Hint("install it where the check runs (the built-in tiny model needs torch and "
+                                   "diffusers: the `build` extra), or give the check a diffusers transformer dir of "
+                                   "your own: `cachekeeper doctor --device-check --model DIR`"),
     e.NothingToHydrate: Hint("run `cachekeeper coverage CONFIG` to see what is built for this host, then prebuild "
                              "what is missing"),
     e.BlobsMissing: Hint("run `cachekeeper verify`, then prebuild the affected entries again"),
