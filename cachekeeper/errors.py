@@ -265,6 +265,15 @@ class BuildsInProgress(CachekeeperError):
     exit_code = 13
 
 
+# --- serving (14) ------------------------------------------------------------------------------------
+
+class AddressUnavailable(CachekeeperError):
+    """The address a server of ours (the dashboard) was to listen on cannot be bound: the port is in use
+    (another dashboard, another server), not permitted, or the host is not one of this machine's."""
+
+    exit_code = 14
+
+
 # --- signals (128 + the signal's number, as a shell reports a process the signal ended) ---------------
 
 class Interrupted(CachekeeperError):

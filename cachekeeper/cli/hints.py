@@ -111,6 +111,8 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.CaptureError: Hint("run `cachekeeper hydrate --dest DIR` first, and capture the same DIR"),
     e.Interrupted: Hint("rerun the same command to finish: hydrate resumes what it placed, and prebuild's "
                         "unfinished entries went back to the queue for the next run"),
+    e.AddressUnavailable: Hint("another process listens on that port: stop it, or choose another --port (0: any "
+                               "free port; the dashboard prints the one it got)"),
     e.BuildsInProgress: Hint("other workers hold these entries under live leases; rerun with --wait to wait for them"),
 }
 

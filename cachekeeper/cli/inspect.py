@@ -215,24 +215,24 @@ def _coverage(config: Config, fp_ids: dict[str, str], *, catalog: Catalog | None
 def dashboard(catalog_url: str | None, host: str, port: int, root_path: str, traffic: bool, store_url: str | None,
               since: str, config_path: str | None) -> None:
     """Serve the read-only coverage dashboard (matrix, build queue, publishes, diffs)."""
-    import uvicorn
-
-    from ..dashboard.app import create_app
+    from ..dashboard.app import create_app, listen, serve, url_of
     from .options import needs
     from .traffic import since_seconds
 
     needs("since", "traffic")
     window = since_seconds(since) if traffic else 0.0
     catalog = open_catalog(catalog_url, None, readonly=True)   # fail now, in one line, not on the first request
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        say(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front")
-    say(f"dashboard: http://{host}:{port}{root_path}/ ({catalog.url})")
     try:
-        view = traffic_view(catalog, store_url, window) if traffic else None
-        config = required_config(config_path) if config_path else None
-        cover = (lambda: config_coverage(catalog, config)) if config is not None else None
-        uvicorn.run(create_app(catalog, view, cover), host=host, port=port, root_path=root_path, log_level="warning",
-                    proxy_headers=True)
+        sock = listen(host, port)   # a port in use fails here, before any URL is printed
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            say(f"warning: binding {host}: the dashboard has no authentication; put a proxy in front")
+        with sock:
+            view = traffic_view(catalog, store_url, window) if traffic else None
+            config = required_config(config_path) if config_path else None
+            cover = (lambda: config_coverage(catalog, config)) if config is not None else None
+            app = create_app(catalog, view, cover)
+            say(f"dashboard: {url_of(sock, root_path)} ({catalog.url})")
+            serve(app, sock, root_path)
     finally:
         catalog.close()
 

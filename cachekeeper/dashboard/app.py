@@ -4,6 +4,9 @@ docs/observability.md). GET only; each request is one short read transaction."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +19,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from ..catalog import views
-from ..errors import CatalogError, UsageError
+from ..errors import AddressUnavailable, CatalogError, UsageError
 from ..inspection.diff import plan_diff, resolve_prefix
 from .params import BadQuery, MatrixParams, parse_diff, parse_matrix
 
@@ -36,6 +39,46 @@ def _mb(size: int | float) -> str:
 
 def _secs(s: float | None) -> str:
     return "—" if s is None else (f"{s:.0f}s" if s < 600 else f"{s / 60:.0f}m")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` (0: any free port), before anything says the dashboard is serving:
+    a port in use is one AddressUnavailable, never a URL printed first and the server's own error after."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise AddressUnavailable(f"dashboard: cannot bind {host}:{port}: {exc.strerror}",
+                                 "bind an address of this host (127.0.0.1, or 0.0.0.0 behind a proxy)") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn does: not past a live listener
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressUnavailable(f"dashboard: port {port} on {host} is in use by another process") from None
+        raise AddressUnavailable(f"dashboard: cannot bind {host}:{port}: {exc.strerror or exc}",
+                                 "bind an address of this host (127.0.0.1, or 0.0.0.0 behind a proxy), on a port "
+                                 "this user may open (1024 and above)") from None
+    return sock
+
+
+def url_of(sock: socket.socket, root_path: str) -> str:
+    """The dashboard's URL on the socket it listens on (the port it got when asked for any)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{root_path}/"
+
+
+def serve(app: Starlette, sock: socket.socket, root_path: str) -> None:
+    """Serve `app` on the bound `sock` until stopped: Ctrl-C or SIGTERM (a unit stopping) ends it normally,
+    exit 0, as `uvicorn.run` does."""
+    import uvicorn
+
+    config = uvicorn.Config(app, root_path=root_path, log_level="warning", proxy_headers=True)
+    with contextlib.suppress(KeyboardInterrupt):   # the CLI's SIGTERM arrives as one too (cli/__init__.py)
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 def create_app(catalog: Catalog, traffic: Callable[[], dict[str, Any]] | None = None,
