@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import UsageError, outside_contract
 from .base import Store
-from .plugin import PluginStore, translate
 from .url import StoreURL, closest, near_url, split_url, suggest_url
 
 if TYPE_CHECKING:
@@ -136,6 +135,8 @@ def parse_store_url(url: str, base: str | Path | None = None) -> StoreURL:
     except Exception as exc:
         if origin is None or not outside_contract(exc):
             raise
+        from .plugin import translate  # only for a plugin: cachekeeper's own stores never load it
+
         raise translate(exc, origin, f"parsing {url}", url=url) from exc
     if where.scheme != scheme:
         raise UsageError(f"store scheme {scheme!r} parsed {url!r} as {where.scheme!r}",
@@ -157,8 +158,14 @@ def open_url(url: str, *, create: bool = True) -> Store:
     except Exception as exc:
         if origin is None or not outside_contract(exc):
             raise
+        from .plugin import translate
+
         raise translate(exc, origin, f"opening {where}", url=str(where)) from exc
     if not isinstance(store, Store):
         raise UsageError(f"the {where.scheme}:// store opened {type(store).__name__}, not a Store",
                          "a store's open_url returns a cachekeeper.stores.base.Store", url=str(where))
-    return store if origin is None else PluginStore(store, origin)
+    if origin is None:
+        return store
+    from .plugin import PluginStore
+
+    return PluginStore(store, origin)

@@ -56,7 +56,8 @@ def test_an_entry_published_to_the_plugin_store_hydrates_from_its_url(plugged: P
 def test_opening_a_file_store_loads_no_plugin(plugged: Plugged) -> None:
     code = ("import sys, tempfile; from cachekeeper.stores import open_store, installed_schemes; "
             "open_store(tempfile.mkdtemp()).put_bytes('k', b'v'); print(installed_schemes()); "
-            "assert 'ck_dirstore' not in sys.modules")
+            "assert 'ck_dirstore' not in sys.modules; "
+            "assert 'cachekeeper.stores.plugin' not in sys.modules, 'the plugin boundary loaded for a file store'")
     proc = plugged.python("-c", code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "['dirstore', 'file', 'gs', 's3']"
