@@ -163,7 +163,7 @@ class Watched:
         pipe, dirs = d["_ck_pipe"], d["_ck_dirs"]
         arguments = call_arguments(pipe, args, kwargs)
         call = strict_mode.Call(d["_ck_model"], arguments, call_shape(arguments), dirs, d["_ck_matrix"])
-        strict_mode.check_hydrated(dirs, probe.served_backend())
+        strict_mode.check_hydrated(dirs, call.backend)
         hooks.ensure()
         before, count = probe.snapshot(dirs), d["_ck_counter"]()
         t0 = time.perf_counter()

@@ -50,8 +50,10 @@ class Matrix:
         return [p.key for p in self.entries if p.model == model and p.backend == backend
                 and (p.shape.height, p.shape.width) == (shape.height, shape.width) and p.shape.batch in batches]
 
-    def has_model(self, model: str) -> bool:
-        return any(p.model == model for p in self.entries)
+    def backend_of(self, model: str) -> str | None:
+        """The model's one backend in the matrix (None: not in it, or several)."""
+        names = {p.backend for p in self.entries if p.model == model}
+        return names.pop() if len(names) == 1 else None
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,11 @@ class Call:
     events: list[Event] = field(default_factory=list)
     refused: CompileRefused | None = None
 
+    @property
+    def backend(self) -> str:
+        """The backend the call serves with: the matrix's for its model, else a loaded runtime's."""
+        return (self.matrix.backend_of(self.model) if self.matrix else None) or probe.served_backend()
+
 
 @contextlib.contextmanager
 def watching(call: Call) -> Iterator[Call]:
@@ -320,7 +325,7 @@ def call_entry(call: Call, whole: probe.Compiled, *, refused: bool) -> tuple[Ent
     seconds = sum(e.compiled.seconds for e in ran) or (whole.seconds if whole.any else 0.0)
     hints = tuple(dict.fromkeys(h for e in call.events for h in e.hints))
     source = "runtime" if graphs or any(e.compiled.source == "runtime" for e in call.events) else "files"
-    backend = next((e.compiled.backend for e in call.events), whole.backend)
+    backend = next((e.compiled.backend for e in call.events), whole.backend if whole.graphs else call.backend)
     verdict, served = _judged(hints, call.model, backend, call.shape, call.dirs, call.matrix)
     entry = Entry(backend, call.model, call.shape.label() if call.shape else None, call.arguments, graphs, seconds,
                   verdict.reason, source, verdict.key, whole.new_files, ran=bool(ran) or whole.any, refused=refused)
