@@ -129,8 +129,8 @@ def test_report_counts_and_warns_once_per_shape_and_the_sidecar_serves_the_reaso
     [compiled] = [ln for ln in scrape.splitlines() if ln.startswith("cachekeeper_runtime_compiled_calls_total{")]
     assert 'model="tiny"' in compiled and 'shape="96x64x1"' in compiled and 'reason="no_artifact"' in compiled
     assert compiled.endswith(" 1.0")
-    assert [ln for ln in scrape.splitlines() if ln.startswith("cachekeeper_runtime_calls_total{")
-            and 'shape="96x64x1"' in ln][0].endswith(" 3.0")
+    assert next(ln for ln in scrape.splitlines() if ln.startswith("cachekeeper_runtime_calls_total{")
+            and 'shape="96x64x1"' in ln).endswith(" 3.0")
 
 
 def _scrape_until(port: int, needle: str, proc: subprocess.Popen[str], timeout: float = 60) -> str:
