@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -216,9 +217,16 @@ def replay(tc: Any, entry: MatrixEntry, served: Path, matrix: Matrix, timeout: f
     if code == 0 and not compiled and not added:
         return base
     verdict = judge((), spec.model, spec.backend, spec.shape, ServedDir.read(served), matrix)
-    said = f"; the replay: {err.split('; ')[0]}" if code else \
+    said = f"; the replay: {_head(err)}" if code else \
         f"; the replay counted {compiled} compiles and wrote {added} files"
     return replace(base, ok=False, reason=verdict.reason, detail=f"{verdict.why}; fix: {verdict.fix}{said}")
+
+
+def _head(error: str) -> str:
+    """A strict error's head ("strict: model M (...) would compile on B"; its why and fix are the canary's own),
+    or the replay's whole line."""
+    found = re.match(r"(strict: .*? (?:would compile|compiled) on [\w.-]+)", error)
+    return found.group(1) if found else error
 
 
 def unhydrated(entries: Iterable[MatrixEntry], fingerprint_id: str) -> tuple[Replay, ...]:

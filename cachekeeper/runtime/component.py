@@ -326,7 +326,9 @@ class CompiledComponent:
         if reason in self.stats.fallbacks:  # one line per reason, not one per call
             return
         self.stats.fallbacks.append(reason)
-        log.warning("cachekeeper: warning: %s; compiling with torch.compile instead", reason)
+        instead = "strict: not compiled (compile_pipeline(strict=True))" if self.strict else \
+            "compiling with torch.compile instead"
+        log.warning("cachekeeper: warning: %s; %s", reason, instead)
 
 
 def compile_component(model: Any, cache_dir: str | os.PathLike[str] | None = None,

@@ -195,8 +195,9 @@ def _entry_text(verdict: Verdict, matrix: Matrix | None, shape: Shape | None) ->
 
 
 def message(entry: Entry, verdict: Verdict, matrix: Matrix | None, shape: Shape | None) -> str:
+    inputs = entry.arguments.get("inputs")
     what = f"model {entry.model} at {entry.shape}" if entry.shape else \
-        f"model {entry.model} (a graph of {entry.arguments.get('inputs') or 'no tensors'}; no shape outside watch())"
+        f"model {entry.model} ({f'a graph of {inputs}; ' if inputs else ''}no shape outside watch())"
     if not entry.ran:
         head = f"strict: {what} would compile on {entry.backend}"
     else:
@@ -308,9 +309,9 @@ def refuse_fallback(component: str, why: str) -> CompileRefused:
         compile_ledger().add(entry)
     else:
         call.events.append(Event(probe.Compiled("inductor", 1, 0.0, 0, "runtime"), (FALLBACK,), "", ran=False))
+    why = why if why.startswith(f"{component}: ") else f"{component}: {why or 'no precompiled function serves it'}"
     text = message(entry, verdict, call.matrix if call else None, shape).replace(
-        f"; {verdict.why};", f"; {component}: {why or 'no precompiled function serves it'}; "
-                           "compile_pipeline(strict=True) refuses the fallback;", 1)
+        f"; {verdict.why};", f"; {why}; compile_pipeline(strict=True) refuses the fallback;", 1)
     exc = CompileRefused(text, key=verdict.key, path=str(served.path) if served.path else None)
     if call is not None:
         call.refused = exc
