@@ -6,10 +6,12 @@ ran it) against the hydrated dir under strict mode `fail`, and name every shape 
 Each replay is the backend's own build module (the same loader, placement, compile call and warm-up call the
 build made, as the device check's server is), run through `python -m cachekeeper.runtime.replay` with
 CACHEKEEPER_STRICT=fail, on a copy of the served dir made of hard links (a copy where links cannot be made):
-nothing a replay writes reaches the dir the server reads, so a canary that compiled cannot make the next one
-pass. An entry passes when the replay exits 0, the runtime counted no compile and no artifact was added; else
-the verdict names the reason (runtime/served.py: not in the dir, in it but not taken, not placed yet) and the
-child's own error line. A dest that holds no dir for this host's toolchain fails every entry without a replay.
+what a replay writes by temp file and rename, as every runtime cachekeeper ships does, never reaches the dir the
+server reads, so a canary that compiled cannot make the next one pass; a replay that writes a file in place
+(through its link) fails, and says which hydrated files it changed. An entry passes when the replay exits 0,
+the runtime counted no compile and no artifact was added or rewritten; else the verdict names the reason
+(runtime/served.py: not in the dir, in it but not taken, not placed yet) and the child's own error line. A
+dest that holds no dir for this host's toolchain fails every entry without a replay.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -120,8 +122,12 @@ def served_for(dest: Path, fingerprint_id: str) -> Path | None:
     return root if state is not None and state.fingerprint_id == fingerprint_id else None
 
 
-def link_copy(src: Path, dst: Path) -> None:
-    """`src`'s tree at `dst`, each file a hard link where the filesystem allows, else a copy."""
+Linked = dict[str, tuple[int, int, int]]   # relpath -> (inode, size, mtime_ns) of a file linked, not copied
+
+
+def link_copy(src: Path, dst: Path) -> Linked:
+    """`src`'s tree at `dst`, each file a hard link where the filesystem allows, else a copy; what was linked."""
+    linked: Linked = {}
     for here, dirs, files in os.walk(src):
         rel = Path(here).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
@@ -134,18 +140,33 @@ def link_copy(src: Path, dst: Path) -> None:
                 os.link(source, target)
             except OSError:
                 shutil.copy2(source, target)
+                continue
+            st = os.lstat(target)
+            linked[(rel / name).as_posix()] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return linked
+
+
+def rewritten(root: Path, linked: Linked) -> list[str]:
+    """Files the replay wrote in place through a link (the runtimes cachekeeper ships write a temp and rename,
+    which leaves the link alone; one that writes in place changed the hydrated file too)."""
+    out = []
+    for rel, (inode, size, mtime) in linked.items():
+        with contextlib.suppress(OSError):
+            st = os.lstat(root / rel)
+            if st.st_ino == inode and (st.st_size, st.st_mtime_ns) != (size, mtime):
+                out.append(rel)
+    return sorted(out)
 
 
 @contextlib.contextmanager
-def work_copy(served: Path) -> Any:
+def work_copy(served: Path) -> Iterator[tuple[Path, Linked]]:
     """A private copy of the served dir, beside it when possible (same filesystem: links), removed after."""
     try:
         work = Path(tempfile.mkdtemp(prefix="ck-canary-", dir=served.parent.parent))
     except OSError:
         work = Path(tempfile.mkdtemp(prefix="ck-canary-"))
     try:
-        link_copy(served, work / "cache")
-        yield work
+        yield work, link_copy(served, work / "cache")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -209,16 +230,19 @@ def _run_one(tc: Any, entry: MatrixEntry, work: Path, timeout: float) -> tuple[i
 def replay(tc: Any, entry: MatrixEntry, served: Path, matrix: Matrix, timeout: float) -> Replay:
     spec = entry.spec
     t0 = time.perf_counter()
-    with work_copy(served) as work:
+    with work_copy(served) as (work, linked):
         code, result, err, added = _run_one(tc, entry, work, timeout)
+        changed = rewritten(work / "cache", linked)
     compiled = compiled_of(result)
-    base = Replay(spec.model, spec.shape.label(), spec.key, spec.mode, True, compiled, added,
+    base = Replay(spec.model, spec.shape.label(), spec.key, spec.mode, True, compiled, added + len(changed),
                   seconds=time.perf_counter() - t0)
-    if code == 0 and not compiled and not added:
+    if code == 0 and not compiled and not base.wrote:
         return base
     verdict = judge((), spec.model, spec.backend, spec.shape, ServedDir.read(served), matrix)
     said = f"; the replay: {_head(err)}" if code else \
         f"; the replay counted {compiled} compiles and wrote {added} files"
+    if changed:   # through the links: the hydrated dir's own files changed (a next hydrate re-verifies them)
+        said += f"; it rewrote {len(changed)} hydrated files in place ({', '.join(changed[:3])}): hydrate again"
     return replace(base, ok=False, reason=verdict.reason, detail=f"{verdict.why}; fix: {verdict.fix}{said}")
 
 
