@@ -283,7 +283,9 @@ def run_canary(config: Config, dest: Path, *, backends: Sequence[str] | None = N
                timeout: float = DEFAULT_TIMEOUT) -> list[CanaryResult]:
     """Replay every entry of `config` (its backends, filtered) for this host's toolchains against `dest`."""
     from ..backends.host import host_toolchain
+    from ..bounds import BUILD_TIMEOUT, checked
 
+    timeout = float(checked(timeout, BUILD_TIMEOUT, "run_canary(timeout=...)"))
     results = []
     matrix = Matrix.of(config)
     for name in backends or config.backend_names():

@@ -11,12 +11,13 @@ entry cannot be named, and a compile during partial readiness is "not yet hydrat
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..format.spec import Shape
+from ..format.spec import EntrySpec, Shape
 from ..reports.compiles import AUTOTUNE, FALLBACK, FINGERPRINT, NO_ARTIFACT, NOT_HYDRATED, RECOMPILE
 from ..reports.miss import serving_batches
 
@@ -30,6 +31,7 @@ class Planned:
     backend: str
     shape: Shape
     key: str
+    spec: EntrySpec
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,20 @@ class Matrix:
 
     @classmethod
     def of(cls, config: Config) -> Matrix:
-        return cls(tuple(Planned(e.spec.model, e.spec.backend, e.spec.shape, e.spec.key) for e in config.entries()),
-                   config.source)
+        return cls(tuple(Planned(e.spec.model, e.spec.backend, e.spec.shape, e.spec.key, e.spec)
+                         for e in config.entries()), config.source)
 
     def keys_for(self, model: str, backend: str, shape: Shape) -> list[str]:
         """The entries that serve a call of `shape`: its batch, or the batch guidance doubles."""
         batches = serving_batches(shape.batch)
         return [p.key for p in self.entries if p.model == model and p.backend == backend
                 and (p.shape.height, p.shape.width) == (shape.height, shape.width) and p.shape.batch in batches]
+
+    def would_be(self, model: str, backend: str, shape: Shape) -> str | None:
+        """The key the model's entry would have at `shape` once the matrix lists it (its first entry of this
+        backend, at that shape), or None for a model the matrix does not have."""
+        first = next((p.spec for p in self.entries if p.model == model and p.backend == backend), None)
+        return dataclasses.replace(first, shape=shape).key if first is not None else None
 
     def backend_of(self, model: str) -> str | None:
         """The model's one backend in the matrix (None: not in it, or several)."""
@@ -95,9 +103,10 @@ class ServedDir:
 @dataclass(frozen=True)
 class Verdict:
     reason: str
-    key: str | None           # the entry that would have served the call (None: unknown, or none in the matrix)
+    key: str | None           # the entry that would have served the call (None: unknown)
     why: str                  # the reason, for this call
     fix: str
+    planned: bool = True      # False: `key` is the entry the shape would have once added to the matrix
 
 
 def judge(hints: Sequence[str], model: str, backend: str, shape: Shape | None, served: ServedDir,
@@ -126,9 +135,10 @@ def judge(hints: Sequence[str], model: str, backend: str, shape: Shape | None, s
     if key is not None:
         return Verdict(NO_ARTIFACT, key, f"entry {key} is not in the served dir (not built for this toolchain, or "
                        "removed)", f"prebuild entry {key} for this toolchain and hydrate again")
-    if known:
-        return Verdict(NO_ARTIFACT, None, f"no entry of {matrix.source if matrix else 'the matrix'} has "
-                       f"model {model} at {label}", f"add {label} to model {model}'s shapes and prebuild it")
+    if known and matrix is not None and shape is not None:
+        return Verdict(NO_ARTIFACT, matrix.would_be(model, backend, shape), f"no entry of {matrix.source} has "
+                       f"model {model} at {label}", f"add {label} to model {model}'s shapes and prebuild it",
+                       planned=False)
     return Verdict(NO_ARTIFACT, None, "no artifact for this call in the served dir",
                    f"add {label} to the model's shapes in the matrix and prebuild it")
 

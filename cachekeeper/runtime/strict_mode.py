@@ -187,11 +187,13 @@ def check_hydrated(dirs: Sequence[Path], backend: str) -> None:
 
 
 def _entry_text(verdict: Verdict, matrix: Matrix | None, shape: Shape | None) -> str:
+    if verdict.key and not verdict.planned:
+        return f"entry {verdict.key}, once {shape.label() if shape else 'the shape'} is in the matrix"
     if verdict.key:
         return f"entry {verdict.key}"
     if matrix is None or shape is None:
         return "unknown (watch(pipe, config=...) names it)"
-    return "none in the matrix"
+    return "none: the matrix has no entry of this model"
 
 
 def message(entry: Entry, verdict: Verdict, matrix: Matrix | None, shape: Shape | None) -> str:

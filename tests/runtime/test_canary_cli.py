@@ -54,3 +54,16 @@ def test_a_replay_that_writes_artifacts_would_compile_and_the_hydrated_dir_keeps
     assert one_error_line(proc).startswith("error: canary: 3 of 3 entries would compile on this host: tiny 64x64x1 "
                                            "on fake (entry ")
     assert files_under(served(env.tmp / "dest")) == before, "the 96x64 graph went to the copy, not the dest"
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), 1e30])
+def test_the_api_checks_the_timeout_where_it_enters(tmp_path: Path, timeout: float) -> None:
+    from cachekeeper.admin.canary import run_canary
+    from cachekeeper.config import parse_config
+    from cachekeeper.errors import UsageError
+
+    config = parse_config("version: 1\ndefaults: {backends: [inductor], shapes: ['64x64']}\n"
+                          "models:\n  - name: m\n    path: /m\n")
+    with pytest.raises(UsageError) as caught:
+        run_canary(config, tmp_path, timeout=timeout)
+    assert caught.value.message.startswith("run_canary(timeout=...): ")

@@ -36,6 +36,7 @@ models:
 MATRIX = Matrix.of(parse_config(CONFIG, "ck.yaml"))
 KEY64, KEY128 = (k for k in (MATRIX.keys_for("flux", "inductor", Shape(64, 64, 1))[0],
                              MATRIX.keys_for("flux", "inductor", Shape(128, 64, 1))[0]))
+KEY96 = MATRIX.would_be("flux", "inductor", Shape(96, 64, 1))   # the entry 96x64 would be, once in the matrix
 
 
 def served(path: Path, placed: set[str], ready_entries: set[str] | None = None, complete: bool = False) -> ServedDir:
@@ -46,11 +47,11 @@ def served(path: Path, placed: set[str], ready_entries: set[str] | None = None, 
 
 
 @pytest.mark.parametrize(("hints", "shape", "placed", "ready_entries", "reason", "key"), [
-    ((), Shape(96, 64, 1), {KEY64, KEY128}, None, "no_artifact", None),                  # not in the matrix
+    ((), Shape(96, 64, 1), {KEY64, KEY128}, None, "no_artifact", KEY96),                 # not in the matrix
     ((), Shape(128, 64, 1), {KEY64}, None, "no_artifact", KEY128),                       # in it, not in the dir
     ((), Shape(64, 64, 1), {KEY64}, None, "fingerprint", KEY64),                         # in the dir, not taken
     ((), Shape(128, 64, 1), {KEY64}, {KEY64}, "not_hydrated", KEY128),                   # hot first: not placed yet
-    ((), Shape(96, 64, 1), {KEY64}, {KEY64}, "no_artifact", None),                       # hot first, not in the matrix
+    ((), Shape(96, 64, 1), {KEY64}, {KEY64}, "no_artifact", KEY96),                      # hot first, not in the matrix
     (("fallback",), Shape(64, 64, 1), {KEY64}, None, "fallback", KEY64),
     (("autotune",), Shape(64, 64, 1), {KEY64}, None, "autotune", KEY64),
 ], ids=["matrix-lacks", "not-built", "not-taken", "not-placed-yet", "hot-first-matrix-lacks",
@@ -60,8 +61,9 @@ def test_the_verdict_names_the_reason_and_the_entry(tmp_path: Path, hints: tuple
                                                       reason: str, key: str | None) -> None:
     verdict = judge(hints, "flux", "inductor", shape, served(tmp_path / "fp", placed, ready_entries), MATRIX)
     assert (verdict.reason, verdict.key) == (reason, key)
-    if reason == "no_artifact" and key is None:
-        assert verdict.fix == f"add {shape.label()} to model flux's shapes and prebuild it"
+    if key == KEY96:
+        assert verdict.fix == f"add {shape.label()} to model flux's shapes and prebuild it" and not verdict.planned
+        assert KEY96 not in {KEY64, KEY128} and len(KEY96 or "") == 32
     if reason == "not_hydrated":
         assert verdict.fix.startswith(f"wait for {tmp_path / '.cachekeeper' / 'complete'} before serving")
 

@@ -102,6 +102,8 @@ def test_fail_serves_a_hydrated_dir_without_an_error_and_refuses_a_shape_the_mat
                                          "served dir, ")
     assert "the compile already ran" in refused["message"]
     assert f"no entry of {fleet.config} has model tiny at 96x64x1" in refused["message"]
+    assert refused["key"] and f"the entry that would serve it: entry {refused['key']}, once 96x64x1 is in the " \
+        "matrix" in refused["message"]
     assert refused["message"].endswith("fix: add 96x64x1 to model tiny's shapes and prebuild it")
     [row] = out["ledger"]["rows"]
     assert (row["shape"], row["reason"], row["calls"], row["refused"]) == ("96x64x1", "no_artifact", 1, 1)
