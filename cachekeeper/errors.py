@@ -274,6 +274,27 @@ class AddressUnavailable(CachekeeperError):
     exit_code = 14
 
 
+# --- strict serving (15) ----------------------------------------------------------------------------
+
+class CompileRefused(CachekeeperError):
+    """Strict mode `fail` (`cachekeeper.runtime.strict`, CACHEKEEPER_STRICT): a serving process would compile,
+    or, where the runtime only tells afterwards, just did. `key`: the matrix entry that would have served the
+    call, when the process knows the matrix; `path`: the served dir. `compiled`: whether the compile ran."""
+
+    exit_code = 15
+    compiled: bool = False
+
+
+class NotYetHydrated(CompileRefused):
+    """Hot first (`--ready-after`): the call's entry is wanted but not placed yet; the server asked before the
+    hydrate was complete."""
+
+
+class CanaryFailed(CompileRefused):
+    """The canary: replaying matrix entries' warm-ups on a hydrated dir under strict `fail` compiled (or would
+    have); the message names each shape."""
+
+
 # --- signals (128 + the signal's number, as a shell reports a process the signal ended) ---------------
 
 class Interrupted(CachekeeperError):

@@ -203,6 +203,10 @@ METRICS_PORT: Setting[int | float] = Setting(
     bound=bounds.PORT, flags=("--metrics-port",), parse=_number)
 MODEL: Setting[str] = Setting(
     "CACHEKEEPER_MODEL", "text", "the model name `watch(pipe)` records calls under", default="the pipeline's class")
+STRICT: Setting[str] = Setting(
+    "CACHEKEEPER_STRICT", "choice", "strict serving: `report` counts and warns once per shape when a serving process "
+    "compiles, `fail` raises instead (read when `cachekeeper.runtime` is imported)", default="`off`",
+    choices=("off", "report", "fail"), parse=_choice)
 LOG_FORMAT: Setting[str] = Setting(
     "CACHEKEEPER_LOG_FORMAT", "choice", "stderr as human lines, or one JSON object per event", default="`human`",
     choices=("human", "json"), flags=("--log-format",), parse=_choice)
@@ -234,8 +238,8 @@ TPU_TIER2_BASE: Setting[Path] = Setting(
 REGISTRY: tuple[Setting[Any], ...] = (
     HOME, STORE, CATALOG, SPOOL, BACKENDS, STALL_TIMEOUT, PART_MIB, S3_ADDRESSING_STYLE, DEADLINE, BEST_EFFORT,
     TRUSTED_KEYS, CAPTURE_KEYS, NODE_CACHE, NODE_CACHE_LINK, NODE_CACHE_MAX_BYTES, MAX_BYTES, DURABILITY,
-    READY_AFTER, METRICS_FILE, WORKER, SIGNING_KEY, METRICS_PUSH, METRICS_PORT, MODEL, LOG_FORMAT, TPU_CHIP_LOCK,
-    CONFIG, DEST, BUILD_WARNINGS, SERVE_CALL, TPU_TIER2_BASE,
+    READY_AFTER, METRICS_FILE, WORKER, SIGNING_KEY, METRICS_PUSH, METRICS_PORT, MODEL, STRICT, LOG_FORMAT,
+    TPU_CHIP_LOCK, CONFIG, DEST, BUILD_WARNINGS, SERVE_CALL, TPU_TIER2_BASE,
 )
 # Read outside click (no flag checks them) and checkable: refused when any command starts.
 CHECKED_AT_ENTRY = tuple(s for s in REGISTRY if not s.flags and (s.bound is not None or s.choices))

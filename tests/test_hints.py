@@ -213,7 +213,7 @@ DOCUMENTED: dict[type[errors.CachekeeperError], str] = {
     errors.BuildFailed: "build", errors.NothingToHydrate: "nothing to hydrate", errors.DestinationError: "destination",
     errors.LockBusy: "lock busy", errors.HydrateIncomplete: "hydrate incomplete", errors.CaptureError: "capture",
     errors.BuildsInProgress: "prebuild", errors.AddressUnavailable: "address in use",
-    errors.Terminated: "terminated", errors.Interrupted: "interrupted",
+    errors.CompileRefused: "would compile", errors.Terminated: "terminated", errors.Interrupted: "interrupted",
 }
 
 
@@ -227,7 +227,7 @@ def _documented_exit_codes() -> dict[int, str]:
 
 def test_docs_cli_lists_each_exit_code_once() -> None:
     rows = re.findall(r"^\| (\d+) \|", (ROOT / "docs" / "cli.md").read_text(), re.M)
-    assert sorted(map(int, rows)) == sorted(_documented_exit_codes()) == [*range(2, 15), 130, 143]
+    assert sorted(map(int, rows)) == sorted(_documented_exit_codes()) == [*range(2, 16), 130, 143]
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)

@@ -197,7 +197,8 @@ def test_check_environment_refuses_each_variable_no_flag_reads() -> None:
     from cachekeeper.bounds import check_environment
 
     entry = {s.name for s in settings.CHECKED_AT_ENTRY}
-    assert entry == {"CACHEKEEPER_STALL_TIMEOUT", "CACHEKEEPER_PART_MIB", "CACHEKEEPER_S3_ADDRESSING_STYLE"}
+    assert entry == {"CACHEKEEPER_STALL_TIMEOUT", "CACHEKEEPER_PART_MIB", "CACHEKEEPER_S3_ADDRESSING_STYLE",
+                     "CACHEKEEPER_STRICT"}
     check_environment({})
     for name in entry:
         with pytest.raises(UsageError, match=f"env {name}:"):

@@ -32,6 +32,7 @@ from .. import settings
 from ..errors import BackendUnavailable, BuildFailed
 from ..format.spec import ModelRef
 from .base import CACHE_ROOT, BuildJob
+from .counters import runtime_counters  # shared with the serving side (cachekeeper.runtime)
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -72,15 +73,6 @@ def device_runtime(module: Any, tc: DeviceToolchain) -> DeviceRuntime:
             return {**sim.stats(), **runtime_counters(counters)}
     return DeviceRuntime(module.__name__, sim.device, tc.compile_backend, tc.dist_backend, sim.eager_mode,
                          sim_stats, simulated=True)
-
-
-def runtime_counters(counters: Mapping[str, str]) -> dict[str, int]:
-    """Each "module:function" counter of the runtime, called now."""
-    out = {}
-    for name, target in counters.items():
-        module, _, function = target.partition(":")
-        out[name] = int(getattr(importlib.import_module(module), function)())
-    return out
 
 
 def import_device_package(name: str, backend: str, hint: str) -> Any:

@@ -121,6 +121,7 @@ def _register() -> None:
     commands), so registering them all costs `cachekeeper hydrate` nothing it would notice."""
     from .boot import env, hydrate, lock
     from .build import keygen, prebuild, validate
+    from .canary import canary
     from .capture import capture
     from .compare import diff, explain
     from .db import catalog, db
@@ -131,6 +132,7 @@ def _register() -> None:
 
     for command in (prebuild, validate, keygen,          # build side
                     hydrate, lock, env, capture,         # boot side
+                    canary,                              # pre-rollout: would the hydrated host compile?
                     report, suggest,                     # traffic: miss reports and what to prebuild
                     ls_, stats, coverage, diff, explain, dashboard,   # inspection
                     show, verify, store_gc,               # the store: read it, check it, collect it

@@ -114,6 +114,13 @@ HINTS: dict[type[e.CachekeeperError], Hint] = {
     e.AddressUnavailable: Hint("another process listens on that port: stop it, or choose another --port (0: any "
                                "free port; the dashboard prints the one it got)"),
     e.BuildsInProgress: Hint("other workers hold these entries under live leases; rerun with --wait to wait for them"),
+    # strict serving
+    e.CompileRefused: Hint("add the shape to the config's matrix and run `cachekeeper prebuild CONFIG`, then hydrate "
+                           "again; `cachekeeper coverage CONFIG` lists what is not built for this toolchain"),
+    e.NotYetHydrated: Hint("start serving once the dest's .cachekeeper/complete marker is there (hot first placed "
+                           "only the hottest entries so far), or hydrate without --ready-after"),
+    e.CanaryFailed: Hint("add each shape named to the config's matrix (or prebuild the entries named: `cachekeeper "
+                         "prebuild CONFIG`), hydrate again, and rerun `cachekeeper canary` before the rollout"),
 }
 
 

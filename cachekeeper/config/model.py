@@ -91,6 +91,7 @@ class Config:
     build_timeout: float = 1800.0
     build_workers: int = 1
     capture: str = "report"                       # "publish": serving hosts may write captured sets
+    strict: str = "off"                           # serving processes' strict mode: off | report | fail
     hydrate: HydrateOptions = field(default_factory=HydrateOptions)   # the `hydrate:` section (flags win)
 
     @property

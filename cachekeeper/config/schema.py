@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..backends import can_offload, modes_for, registry
 from ..bounds import BUILD_TIMEOUT, COUNT, SIZE, WORKERS, bytes_problem, parse_bytes
@@ -24,7 +24,7 @@ from ..stores.schemes import parse_store_url
 from ..stores.url import local_path
 from .hydrate import HydrateOptions, Spec, config_keys, spec_of
 from .model import Config, ModelMatrix
-from .reader import INT_TAG, NULL_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
+from .reader import INT_TAG, NULL_TAG, STR_TAG, At, Fields, NodeReader, describe, did_you_mean, line_of
 
 CONFIG_VERSION = 1
 DTYPES = ("bfloat16", "float16", "float32")
@@ -34,10 +34,15 @@ DEFAULT_MODES = ("full",)    # every backend supports it
 DEFAULT_DTYPES = ("float32",)
 DEFAULT_BUILD_TIMEOUT = 1800.0
 
-_TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "defaults", "backend_options", "models")
+_TOP_KEYS = ("version", "store", "catalog", "build", "hydrate", "capture", "strict", "defaults", "backend_options",
+             "models")
 # `capture: publish` lets serving hosts write captured sets (`capture --publish`); the default, `report`,
 # leaves runtime misses to miss reports (report -> suggest -> builder). Not "off": YAML reads that as false.
 CAPTURE_MODES = ("report", "publish")
+# `strict:` the serving processes' strict mode (cachekeeper.runtime.strict): CACHEKEEPER_STRICT and a call of
+# strict() go over it. Read as written, so `off` (a YAML boolean) is "off", and `yes` or `on` are refused.
+STRICT_MODES = ("off", "report", "fail")
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = config_keys()   # the HydrateOptions fields the config sets (config/hydrate.py)
 MAX_COUNT = int(COUNT.high)
@@ -147,6 +152,7 @@ class _Schema(NodeReader):
             build_workers=(self.integer(build["workers"][1], "build.workers", bound=WORKERS)
                            if "workers" in build else 1),
             capture=self.choice(top, "capture", CAPTURE_MODES, "config") or "report",
+            strict=self.strict(top["strict"][1]) if "strict" in top else "off",
             hydrate=self.hydrate_options(hydrate),
         )
         defaults = self.matrix(self.section(top, "defaults", _MATRIX_KEYS), "defaults.")
@@ -216,6 +222,15 @@ class _Schema(NodeReader):
             return check_url(self.string(node, "catalog"), self.base)
         except UsageError as e:
             raise self.error(node, f"{e.message} ({e.hint})" if e.hint else e.message) from None
+
+    def strict(self, node: Node) -> str:
+        """`strict: off | report | fail`, as written (YAML reads a bare `off` as false: it means off here)."""
+        text = node.value if isinstance(node, ScalarNode) and node.tag in (STR_TAG, _BOOL_TAG) else None
+        if not isinstance(text, str) or text.strip().lower() not in STRICT_MODES:
+            near = did_you_mean(text, STRICT_MODES) if isinstance(text, str) else ""
+            raise self.error(node, f"strict must be {', '.join(STRICT_MODES[:-1])} or {STRICT_MODES[-1]}, "
+                                   f"got {describe(node)}{near if near.startswith(';') else ''}")
+        return text.strip().lower()
 
     def backend_options(self, top: Fields) -> dict[str, dict[str, str]]:
         """backend -> {option: value} as strings: they feed the toolchain fingerprint, not entry keys."""

@@ -23,10 +23,10 @@ from pathlib import Path
 
 from ..config.hydrate import ENV_FORMATS
 from ..fs.atomic import atomic_write_bytes
-from .state import state_dir
+from .state import COMPLETE_MARKER, READY_MARKER, state_dir
 
-READY = "ready"
-COMPLETE = "complete"
+READY = READY_MARKER
+COMPLETE = COMPLETE_MARKER
 ENV = "env"
 
 

@@ -161,6 +161,19 @@ def safe_rel(rel: str) -> bool:
 
 
 USED = "used"   # <dest>/.cachekeeper/used/<entry name>.json: the entry's files; its mtime is its last use
+READY_MARKER, COMPLETE_MARKER = "ready", "complete"   # hot first's markers (ready.py writes them)
+
+
+def hot_first_marks(dest: Path) -> tuple[list[str] | None, bool]:
+    """(the entries `<dest>/.cachekeeper/ready` names, None without a readable one; whether `complete` is
+    there), as a serving process reads them (it never imports the engine): input like any other."""
+    try:
+        doc = json.loads(read_own(state_dir(dest) / READY_MARKER, 16 << 20))
+        entries = doc["entries"] if isinstance(doc, dict) else None
+        ready = [e for e in entries if isinstance(e, str)] if isinstance(entries, list) else None
+    except (OSError, NotARecord, ValueError, RecursionError, KeyError):
+        ready = None
+    return ready, (state_dir(dest) / COMPLETE_MARKER).is_file()
 
 
 def used_record(dest: Path, name: str) -> Path:

@@ -51,6 +51,8 @@ class Metric:
 
 _H = ("backend", "fingerprint", "model")
 _R = ("backend", "fingerprint", "model", "shape")
+# The compile ledger's reasons (reports/compiles.py LABELS): a fixed set of 7, so the label needs no cap.
+_RC = (*_R, "reason")
 _P = ("backend", "fingerprint", "model", "shape")
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
@@ -77,10 +79,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "hydrate"),
     # report --watch: the serving host's runtime misses
     Metric("cachekeeper_runtime_calls_total", "counter", _R, "serving calls reported", "report"),
-    Metric("cachekeeper_runtime_compiled_calls_total", "counter", _R, "serving calls that compiled something",
-           "report"),
-    Metric("cachekeeper_runtime_compile_seconds_total", "counter", _R,
-           "seconds serving calls spent compiling", "report"),
+    Metric("cachekeeper_runtime_compiled_calls_total", "counter", _RC,
+           "serving calls that compiled something, by the compile ledger's reason", "report"),
+    Metric("cachekeeper_runtime_compile_seconds_total", "counter", _RC,
+           "seconds serving calls spent compiling, by the compile ledger's reason", "report"),
     Metric("cachekeeper_report_last_round_timestamp_seconds", "gauge", ("backend", "fingerprint"),
            "when the sidecar last finished a round (stored a report, or had nothing to report)", "report"),
     Metric("cachekeeper_report_interval_seconds", "gauge", ("backend", "fingerprint"),
@@ -253,15 +255,27 @@ class RuntimeMetrics:
         return True
 
     def observe(self, rows: Iterable[Any]) -> None:
-        """One stored report's rows (model, shape, calls, compiled, compile_s)."""
+        """One stored report's rows (model, shape, calls, compiled, compile_s, reasons): the compiled calls and
+        their seconds by reason, those no reason names under `unknown`."""
         for r in rows:   # counts from a spool serving hosts write: clamped, a counter never goes down
             labels = {**self.base, "model": self.cap("model", str(r.model)), "shape": self.cap("shape", r.shape)}
             self.calls.labels(**labels).inc(max(r.calls, 0))
-            self.compiled.labels(**labels).inc(max(r.compiled, 0))
-            self.compile_s.labels(**labels).inc(max(r.compile_s, 0.0))
+            for reason, calls, seconds in by_reason(r):
+                self.compiled.labels(**labels, reason=reason).inc(calls)
+                self.compile_s.labels(**labels, reason=reason).inc(seconds)
 
     def round_done(self) -> None:
         self.last_round.labels(**self.base).set(time.time())
+
+
+def by_reason(row: Any) -> list[tuple[str, int, float]]:
+    """A report row's compiled calls and seconds per reason (clamped at 0); what its reasons leave is `unknown`."""
+    named = [(str(reason), max(int(n), 0), max(float(s), 0.0)) for reason, n, s in getattr(row, "reasons", ())]
+    rest = max(row.compiled, 0) - sum(n for _, n, _ in named)
+    rest_s = max(row.compile_s, 0.0) - sum(s for _, _, s in named)
+    if rest > 0 or (rest_s > 0 and not named):
+        named.append(("unknown", max(rest, 0), max(rest_s, 0.0)))
+    return [(reason, n, s) for reason, n, s in named if n or s]
 
 
 # --- dashboard -------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 
 A report is a public format (schema version `v`): one JSON object per host and interval, at most
 MAX_REPORT_BYTES, with the host's toolchain fingerprint, a row per (model, shape, graph arguments):
-calls, calls that compiled, estimated compile seconds, wall seconds. The host is named by a hash of its
+calls, calls that compiled, estimated compile seconds, wall seconds, and (an optional key) the compiled calls by
+the compile ledger's reason (reports/compiles.py). The host is named by a hash of its
 name. Writing one is the only store write a server-role identity may make (deploy/policies/). Reports and
 spool records are advice from the least-trusted machines, never an input that can fail a run: every field is
 checked where it is read (format/spool.py: JSON type, finiteness, range, names, size), a report of another
@@ -49,6 +50,7 @@ from ..format.spool import (
     optional,
     show,
 )
+from .compiles import parse_line, reason_counts, reasons_of, reasons_to_json
 
 if TYPE_CHECKING:
     from ..stores.base import Store
@@ -78,13 +80,17 @@ class Row:
     compiled: int             # calls that compiled something
     compile_s: float          # wall time those calls spent above an uncompiled call of the same row
     wall_s: float
+    # The compiled calls by the ledger's reason (reports/compiles.py): (reason, calls, compile_s), sorted. An
+    # optional key of the row (absent when nothing compiled, and in reports written before it).
+    reasons: tuple[tuple[str, int, float], ...] = ()
 
     @property
     def shape(self) -> str:
         return f"{self.height}x{self.width}x{self.batch}"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        doc = {k: v for k, v in self.__dict__.items() if k != "reasons"}
+        return {**doc, "reasons": reasons_to_json(self.reasons)} if self.reasons else doc
 
 
 @dataclass(frozen=True)
@@ -136,7 +142,7 @@ def _row(key: tuple[Any, ...], records: list[CallRecord]) -> Row:
     model, height, width, batch, guidance, max_len = key
     return Row(model, height, width, batch, guidance, max_len, calls=len(records), compiled=len(compiled),
                compile_s=round(sum(max(0.0, w - base) for w in compiled), 3),
-               wall_s=round(sum(r.wall_s for r in records), 3))
+               wall_s=round(sum(r.wall_s for r in records), 3), reasons=reason_counts(records, base))
 
 
 def build_report(records: list[CallRecord], fingerprint_id: str, backend: str, host: str | None = None) -> Report:
@@ -270,7 +276,7 @@ def claim(spool: Path) -> Claim:
             if not line.strip():
                 continue
             try:
-                out.records.append(CallRecord.parse(line))
+                out.records.append(parse_line(line))
             except Refused as exc:
                 bad += 1
                 first = first or f"line {n}: {exc}"
@@ -345,7 +351,8 @@ def _row_of(r: object) -> Row:
     return Row(model=name(r, "model"), height=int(number(r, "height", SIZE)), width=int(number(r, "width", SIZE)),
                batch=int(number(r, "batch", SIZE)), guidance=None if guidance is None else float(guidance),
                max_sequence_length=None if max_len is None else int(max_len), calls=calls, compiled=compiled,
-               compile_s=float(number(r, "compile_s", SECONDS)), wall_s=float(number(r, "wall_s", SECONDS)))
+               compile_s=float(number(r, "compile_s", SECONDS)), wall_s=float(number(r, "wall_s", SECONDS)),
+               reasons=reasons_of(r, compiled))
 
 
 def serving_batches(batch: int) -> tuple[int, int]:

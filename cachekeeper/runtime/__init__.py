@@ -17,14 +17,25 @@ precompiled function an Inductor `aot` entry put in `<cache dir>/ck-aot/`, or co
   * every kernel file the function needs must be present (else loading would silently recompile C++).
 
 Any failure (also a load error or a rejected guard) is one warning line on the `cachekeeper.runtime`
-logger, then the fallback compile; never an exception from the cache. Not imported by `import cachekeeper`
-or the hydrate path; torch is imported inside functions.
+logger, then the fallback compile; never an exception from the cache, unless the server asked for one:
+`compile_pipeline(pipe, strict=True)`, or strict mode `fail` (strict_mode.py).
+
+Strict mode and the compile ledger cover the whole process: `strict("fail")` (or CACHEKEEPER_STRICT, read
+here, at import) makes every compile of it, `watch()` or not, an error; `compile_ledger()` is what it compiled
+and why. Not imported by `import cachekeeper` or the hydrate path; torch is imported inside functions (and
+when strict mode is `report` or `fail`: its hooks go into torch).
 """
 
 from __future__ import annotations
 
 from .component import CompiledComponent, compile_component
+from .ledger import compile_ledger
 from .miss_watch import watch
 from .pipeline import CompiledPipeline, compile_pipeline
+from .strict_mode import from_environment as _strict_from_environment
+from .strict_mode import strict
 
-__all__ = ["CompiledComponent", "CompiledPipeline", "compile_component", "compile_pipeline", "watch"]
+__all__ = ["CompiledComponent", "CompiledPipeline", "compile_component", "compile_ledger", "compile_pipeline",
+           "strict", "watch"]
+
+_strict_from_environment()

@@ -182,6 +182,7 @@ class CompiledComponent:
         self.stats = Stats()
         self._by_call: dict[str, Callable[..., Any] | None] = {}   # call digest -> precompiled fn / None
         self._fallback: Any = None
+        self.strict = False   # True: a call no precompiled function serves raises instead of compiling
 
     # --- dispatch ---
 
@@ -300,10 +301,21 @@ class CompiledComponent:
     def _fall_back(self, reason: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         if reason:
             self._warn(reason)
-        if self._fallback is None:
-            self._fallback = self._compile_fallback()
-        self.stats.fallback_calls += 1
-        return self._fallback(*args, **kwargs)
+        if self.strict:   # compile_pipeline(strict=True): no fallback compile, one error instead
+            from .strict_mode import refuse_fallback
+
+            raise refuse_fallback(self.label, reason or (self.stats.fallbacks[-1] if self.stats.fallbacks else ""))
+        from .hooks import fallback
+
+        with fallback():   # what compiles in here has the ledger's reason `fallback`
+            if self._fallback is None:
+                self._fallback = self._compile_fallback()
+            self.stats.fallback_calls += 1
+            return self._fallback(*args, **kwargs)
+
+    @property
+    def label(self) -> str:
+        return type(self.model).__name__
 
     def _compile_fallback(self) -> Any:
         from ..backends.inductor.build import compile_model
@@ -314,7 +326,9 @@ class CompiledComponent:
         if reason in self.stats.fallbacks:  # one line per reason, not one per call
             return
         self.stats.fallbacks.append(reason)
-        log.warning("cachekeeper: warning: %s; compiling with torch.compile instead", reason)
+        instead = "strict: not compiled (compile_pipeline(strict=True))" if self.strict else \
+            "compiling with torch.compile instead"
+        log.warning("cachekeeper: warning: %s; %s", reason, instead)
 
 
 def compile_component(model: Any, cache_dir: str | os.PathLike[str] | None = None,

@@ -5,35 +5,45 @@
     image = pipe(prompt, height=768, width=1360).images[0]
 
 Per call it records the arguments that change a compiled graph (height, width, images per prompt,
-guidance scale, max sequence length), whether the call compiled anything (new files in the backend's
-cache dir, plus Inductor's own FX-graph-cache miss counter when torch is loaded) and the wall time.
+guidance scale, max sequence length), whether the call compiled anything and the wall time. "Compiled" is
+what the loaded runtimes' own counters say (probe.py: Inductor's FX-graph and AOTAutograd misses,
+TorchNeuron's TotalCompilations, TorchTPU's per-entry compile durations), cross-checked by new files in the
+backend's cache dir. A call that compiled is one entry of the process's compile ledger (ledger.py: the
+reason, the graphs, the seconds, the entry that would have served it) and of strict mode (strict_mode.py).
 Records are appended as JSON lines to a local spool (`CACHEKEEPER_SPOOL`, default
-`$CACHEKEEPER_HOME/spool`); `cachekeeper report` batches them into miss reports (reports.py). The
+`$CACHEKEEPER_HOME/spool`); `cachekeeper report` batches them into miss reports (reports/miss.py). The
 serving process never talks to the store: a server needs no write access for this, and a full or
-broken spool costs one warning, never a failed call. Nothing here imports torch.
+broken spool costs one warning, never a failed call (strict mode `fail` is the one error a call may get).
+Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import settings
+from ..format.spec import Shape
 from ..format.spool import MAX_SPOOL_BYTES, SPOOL_SUFFIX, CallRecord
+from ..reports.compiles import COMPILE_KEY, CompileInfo
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 log = logging.getLogger("cachekeeper.runtime")
 
-# The cache dirs the built-in backends' runtimes write (what hydrate --print-env exports).
-CACHE_ENVS = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_COMPILE_CACHE_URL",
-              "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT")
+# The cache dirs the built-in backends' runtimes write (what hydrate --print-env exports), by backend.
+CACHE_ENV_OF = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "neuron": "TORCH_NEURONX_NEFF_CACHE_DIR",
+                "neuron_xla": "NEURON_COMPILE_CACHE_URL", "tpu": "TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT"}
+CACHE_ENVS = tuple(CACHE_ENV_OF.values())
 
 
 def spool_dir() -> Path:
@@ -76,13 +86,6 @@ def new_files(before: Mapping[str, int], after: Mapping[str, int]) -> int:
     return sum(max(0, n - before.get(d, 0)) for d, n in after.items())
 
 
-def inductor_compiles() -> int | None:
-    """Inductor's FX-graph-cache misses so far (a real compile each), when torch is already loaded."""
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(dynamo, "counters", None)
-    return None if counters is None else int(counters["inductor"]["fxgraph_cache_miss"])
-
-
 def call_arguments(pipe: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The arguments that change a compiled graph. Height/width default as diffusers pipelines do
     (default_sample_size x vae_scale_factor); the batch is prompts x images per prompt."""
@@ -110,8 +113,12 @@ class Spool:
         self.path = directory / f"{socket.gethostname()[:40]}-{os.getpid()}{SPOOL_SUFFIX}"
         self._warned = False
 
-    def append(self, record: CallRecord) -> None:
-        line = json.dumps(asdict(record), sort_keys=True).encode() + b"\n"
+    def append(self, record: CallRecord, compiled: CompileInfo | None = None) -> None:
+        """One line: the record, and for a call that compiled the ledger's `compile` object (reports/compiles.py)."""
+        doc = asdict(record)
+        if compiled is not None:
+            doc[COMPILE_KEY] = compiled.to_dict()
+        line = json.dumps(doc, sort_keys=True).encode() + b"\n"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -127,13 +134,21 @@ class Spool:
                 self._warned = True
 
 
+def call_shape(arguments: Mapping[str, Any]) -> Shape | None:
+    """The call's shape in the project's notation (height x width x batch), when it has a height and width."""
+    height, width = arguments.get("height"), arguments.get("width")
+    if not height or not width or not arguments.get("batch"):
+        return None
+    return Shape(int(height), int(width), int(arguments["batch"]))
+
+
 class Watched:
     """The pipeline, with calls recorded; every other attribute is the pipeline's own."""
 
     def __init__(self, pipe: Any, model: str, cache_dirs: list[Path], spool: Spool,
-                 counter: Callable[[], int | None]) -> None:
+                 counter: Callable[[], int | None] | None, matrix: Any = None) -> None:
         self.__dict__.update(_ck_pipe=pipe, _ck_model=model, _ck_dirs=cache_dirs, _ck_spool=spool,
-                             _ck_counter=counter)
+                             _ck_counter=counter or (lambda: None), _ck_matrix=matrix)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_ck_pipe"], name)
@@ -142,30 +157,66 @@ class Watched:
         setattr(self.__dict__["_ck_pipe"], name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from . import hooks, probe, strict_mode
+
         d = self.__dict__
-        pipe, dirs, counter = d["_ck_pipe"], d["_ck_dirs"], d["_ck_counter"]
-        before, compiles = cache_counts(dirs), counter()
+        pipe, dirs = d["_ck_pipe"], d["_ck_dirs"]
+        arguments = call_arguments(pipe, args, kwargs)
+        call = strict_mode.Call(d["_ck_model"], arguments, call_shape(arguments), dirs, d["_ck_matrix"])
+        strict_mode.check_hydrated(dirs, call.backend)
+        hooks.ensure()
+        before, count = probe.snapshot(dirs), d["_ck_counter"]()
         t0 = time.perf_counter()
-        out = pipe(*args, **kwargs)
-        wall = time.perf_counter() - t0
-        added = new_files(before, cache_counts(dirs))
-        after = counter()
-        by_counter = compiles is not None and after is not None and after > compiles
-        d["_ck_spool"].append(CallRecord(model=d["_ck_model"], **call_arguments(pipe, args, kwargs),
-                                         compiled=added > 0 or by_counter, new_files=added,
-                                         wall_s=round(wall, 6), time=time.time()))
+        with strict_mode.watching(call):
+            try:
+                out = pipe(*args, **kwargs)
+            except Exception as exc:
+                refused = strict_mode.refusal_in(exc)
+                if refused is None:
+                    raise
+                self._settle(call, before, count, t0)
+                raise refused from None   # the one error, not the runtime's wrapping of it
+        refused = self._settle(call, before, count, t0)
+        if refused is not None:
+            raise refused
         return out
+
+    def _settle(self, call: Any, before: Any, count: int | None, t0: float) -> Any:
+        """Spool the call (with the ledger's word when it compiled); the strict error to raise, if any."""
+        from . import probe, strict_mode
+
+        d = self.__dict__
+        wall = time.perf_counter() - t0
+        whole = probe.compiled(before, probe.snapshot(d["_ck_dirs"]))
+        after = d["_ck_counter"]()
+        if count is not None and after is not None and after > count and not whole.any:
+            whole = dataclasses.replace(whole, graphs=after - count, source="runtime", seconds=wall)
+        entry, refused = strict_mode.settle_call(call, whole)
+        d["_ck_spool"].append(CallRecord(model=d["_ck_model"], **call.arguments, compiled=entry is not None,
+                                         new_files=whole.new_files, wall_s=round(wall, 6), time=time.time()),
+                              entry.info() if entry is not None else None)
+        return refused
 
 
 def watch(pipe: Any, *, model: str | None = None, cache_dirs: Iterable[str | os.PathLike[str]] | None = None,
-          spool: str | os.PathLike[str] | None = None, counter: Callable[[], int | None] | None = None) -> Watched:
-    """Wrap `pipe` so each call is recorded for miss reports. `model` is the config's model name
-    (default: $CACHEKEEPER_MODEL, else the pipeline's class name); `cache_dirs` default to the dirs the
-    backend env vars name (what `hydrate --print-env` exported); `counter` is a runtime's compile count."""
+          spool: str | os.PathLike[str] | None = None, counter: Callable[[], int | None] | None = None,
+          config: Config | None = None) -> Watched:
+    """Wrap `pipe` so each call is recorded for miss reports and the compile ledger. `model` is the config's
+    model name (default: $CACHEKEEPER_MODEL, else the pipeline's class name); `cache_dirs` default to the dirs
+    the backend env vars name (what `hydrate --print-env` exported); `counter` is one more compile count of a
+    runtime the ledger does not read itself. `config` (`cachekeeper.config.load_config(path)`): its matrix, so
+    the ledger and strict mode name the entry that would serve a call, and its `strict:` key
+    (CACHEKEEPER_STRICT and strict() go over it)."""
+    from . import strict_mode
+    from .served import Matrix
+
     name = model or settings.MODEL.get() or type(pipe).__name__
     dirs = [Path(p) for p in cache_dirs] if cache_dirs is not None else cache_dirs_from_env()
-    return Watched(pipe, name, dirs, Spool(Path(spool) if spool is not None else spool_dir()),
-                   counter or inductor_compiles)
+    matrix = None
+    if config is not None:
+        strict_mode.from_config(config)
+        matrix = Matrix.of(config)
+    return Watched(pipe, name, dirs, Spool(Path(spool) if spool is not None else spool_dir()), counter, matrix)
 
 
-__all__ = ["CallRecord", "Spool", "Watched", "call_arguments", "spool_dir", "watch"]
+__all__ = ["CallRecord", "Spool", "Watched", "call_arguments", "call_shape", "spool_dir", "watch"]

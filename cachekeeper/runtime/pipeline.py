@@ -164,6 +164,10 @@ class ComponentForward(CompiledComponent):
     def _warn(self, reason: str) -> None:
         super()._warn(f"{self.name}: {reason}")
 
+    @property
+    def label(self) -> str:
+        return self.name
+
 
 # --- the pipeline -----------------------------------------------------------------------------------
 
@@ -171,9 +175,10 @@ class ComponentForward(CompiledComponent):
 class CompiledPipeline:
     """What compile_pipeline installed on one pipeline, and why not elsewhere (`notes`)."""
 
-    def __init__(self, pipe: Any, cache_dir: Path | None) -> None:
+    def __init__(self, pipe: Any, cache_dir: Path | None, strict: bool = False) -> None:
         self.pipe = pipe
         self.cache_dir = cache_dir
+        self.strict = strict
         self.components: dict[str, ComponentForward] = {}
         self.notes: list[str] = []
 
@@ -200,6 +205,7 @@ class CompiledPipeline:
                           f"{name} runs as it is")
             else:
                 served = ComponentForward(name, model, self.cache_dir, mine)
+                served.strict = self.strict
                 model.forward = served
                 self.components[name] = served
         if not self.components and not self.notes:
@@ -228,16 +234,18 @@ class CompiledPipeline:
                 "fallbacks": [*self.notes, *(r for s in parts for r in s.fallbacks)]}
 
 
-def compile_pipeline(pipe: Any, cache_dir: str | os.PathLike[str] | None = None) -> CompiledPipeline:
+def compile_pipeline(pipe: Any, cache_dir: str | os.PathLike[str] | None = None, *,
+                     strict: bool = False) -> CompiledPipeline:
     """Serve the pipeline's precompiled components from `cache_dir` (default: the hydrated dir in
     TORCHINDUCTOR_CACHE_DIR). Never raises for the cache's sake: each reason it cannot serve something
-    is one warning line on the `cachekeeper.runtime` logger, and that part runs as loaded or compiles."""
+    is one warning line on the `cachekeeper.runtime` logger, and that part runs as loaded or compiles.
+    `strict=True`: a call no precompiled function serves raises CompileRefused instead of compiling."""
     existing = pipe.__dict__.get(ATTR)
     if isinstance(existing, CompiledPipeline):
         existing.note("compile_pipeline was called again on this pipeline; the first call's functions stay")
         return existing
     raw = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV)
-    compiled = CompiledPipeline(pipe, Path(raw) if raw else None)
+    compiled = CompiledPipeline(pipe, Path(raw) if raw else None, strict)
     compiled.install()
     pipe.__dict__[ATTR] = compiled
     return compiled

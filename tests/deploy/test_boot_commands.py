@@ -15,7 +15,7 @@ def test_the_boot_files_call_hydrate_env_and_report_never_capture_publish() -> N
     """`capture --publish` refuses unless the config opts in (docs/security.md): the boot files only mention
     it in comments, so a copied file works with the default `capture: report`."""
     used = {argv[0] for _, argv in invocations()}
-    assert used == {"hydrate", "env", "report"}
+    assert used == {"hydrate", "env", "report", "canary"}
     assert len(invocations()) >= 8
 
 

@@ -31,8 +31,9 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         text = unit.read_text().replace("/usr/local/bin/cachekeeper", str(cachekeeper))
         (tmp_path / unit.name).write_text(text.replace("/usr/bin/python3", sys.executable))
     units = sorted(str(p) for p in tmp_path.glob("*.service"))
-    assert [Path(u).name for u in units] == ["cachekeeper-hydrate-hot.service", "cachekeeper-hydrate.service",
-                                         "cachekeeper-report.service", "inference.service"]
+    assert [Path(u).name for u in units] == ["cachekeeper-canary.service", "cachekeeper-hydrate-hot.service",
+                                         "cachekeeper-hydrate.service", "cachekeeper-report.service",
+                                         "inference.service"]
     proc = subprocess.run([analyze, "verify", "--man=no", *units], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and proc.stdout + proc.stderr == "", proc.stdout + proc.stderr
 

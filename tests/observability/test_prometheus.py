@@ -12,6 +12,7 @@ import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
+from cachekeeper.reports.compiles import CompileInfo
 from cachekeeper.runtime.miss_watch import CallRecord, Spool
 from tests.harness.process import free_port
 from tests.harness.prometheus import Prometheus
@@ -63,7 +64,10 @@ def test_prometheus_scrapes_the_report_sidecars_runtime_counters(ck: Ck, prom: P
     fp = _fingerprint(ck)
     spool = Spool(ck.tmp / "spool")
     for i in range(7):      # 7 calls of 128x64x1, the first 3 compiled (2 s each); 2 calls of 64x64x1
-        spool.append(CallRecord("tiny", 128, 64, 1, None, None, i < 3, int(i < 3), 2.1 if i < 3 else 0.1, 1.7e9))
+        # the compile ledger's reason on 2 of them (a served miss: no artifact for the shape); the third says none
+        why = CompileInfo("no_artifact", 1, 2.0, "runtime", "inductor") if i < 2 else None
+        spool.append(CallRecord("tiny", 128, 64, 1, None, None, i < 3, int(i < 3), 2.1 if i < 3 else 0.1, 1.7e9),
+                     why)
     for _ in range(2):
         spool.append(CallRecord("tiny", 64, 64, 1, None, None, False, 0, 0.1, 1.7e9))
     (ck.tmp / "store").mkdir(exist_ok=True)
@@ -75,10 +79,14 @@ def test_prometheus_scrapes_the_report_sidecars_runtime_counters(ck: Ck, prom: P
         prom.add_target("report", f"127.0.0.1:{port}", case="report")
         sel = f'case="report",fingerprint="{fp}",model="tiny"'
         assert prom.value(f'cachekeeper_runtime_calls_total{{{sel},shape="128x64x1"}}') == 7
-        assert prom.value(f'cachekeeper_runtime_compiled_calls_total{{{sel},shape="128x64x1"}}') == 3
+        compiled = f'cachekeeper_runtime_compiled_calls_total{{{sel},shape="128x64x1"'
+        assert prom.value(f'{compiled},reason="no_artifact"}}') == 2
+        assert prom.value(f'{compiled},reason="unknown"}}') == 1
+        assert prom.value(f"sum({compiled}}})") == 3
         assert prom.value(f'cachekeeper_runtime_calls_total{{{sel},shape="64x64x1"}}') == 2
-        assert prom.value(f'cachekeeper_runtime_compiled_calls_total{{{sel},shape="64x64x1"}}') == 0
-        assert prom.value(f'cachekeeper_runtime_compile_seconds_total{{{sel},shape="128x64x1"}}') > 0
+        assert prom.value(f'count(cachekeeper_runtime_compiled_calls_total{{{sel},shape="64x64x1"}}) or vector(0)') == 0
+        seconds = f'cachekeeper_runtime_compile_seconds_total{{{sel},shape="128x64x1",reason="no_artifact"}}'
+        assert prom.value(seconds) > 0
         assert prom.value(f'cachekeeper_report_interval_seconds{{case="report",fingerprint="{fp}"}}') == 1
         last = prom.value(f'cachekeeper_report_last_round_timestamp_seconds{{case="report",fingerprint="{fp}"}}')
         assert time.time() - last < 30

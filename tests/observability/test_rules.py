@@ -38,7 +38,7 @@ def grafana_exprs() -> list[str]:
 
 def test_promtool_checks_the_plain_rules_and_the_prometheusrules_groups(tmp_path: Path) -> None:
     checked = promtool("check", "rules", "rules.yml")
-    assert checked.returncode == 0 and "SUCCESS: 5 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
     crd = yaml.safe_load((DEPLOY / "prometheusrule.yaml").read_text())
     assert crd["apiVersion"] == "monitoring.coreos.com/v1" and crd["kind"] == "PrometheusRule"
     (tmp_path / "from-crd.yml").write_text(yaml.safe_dump(crd["spec"]))
@@ -65,6 +65,18 @@ def test_the_rules_tests_fail_when_an_alert_would_not_fire(tmp_path: Path) -> No
                                                "cachekeeper_queue_expired_leases > 50"))
     proc = promtool("test", "rules", "rules_test.yml", cwd=tmp_path)
     assert proc.returncode != 0 and "CachekeeperExpiredLeasesPilingUp" in proc.stdout + proc.stderr
+
+
+def test_the_zero_compile_rule_fires_only_for_a_marked_fleet_and_its_test_says_so(tmp_path: Path) -> None:
+    """The strict variant matches only series a team marked zero_compile="true": without the selector, the
+    unmarked host of rules_test.yml would fire too, and promtool must fail the test."""
+    for name in ("rules.yml", "rules_test.yml"):
+        shutil.copy(DEPLOY / name, tmp_path / name)
+    rules = tmp_path / "rules.yml"
+    assert rules.read_text().count('{zero_compile="true"}') == 3
+    rules.write_text(rules.read_text().replace('{zero_compile="true"}', ""))
+    proc = promtool("test", "rules", "rules_test.yml", cwd=tmp_path)
+    assert proc.returncode != 0 and 'instance="host-2:9400"' in proc.stdout + proc.stderr
 
 
 def test_every_query_of_the_rules_and_the_dashboard_names_a_metric_that_exists() -> None:

@@ -157,6 +157,42 @@ def test_a_pipeline_aot_key_carries_the_transformers_version_and_a_component_one
     assert aot.KEY_TRANSFORMERS not in options["c"], "component warm-up keys are unchanged"
 
 
+# --- strict=True: the fallback raises instead of compiling -------------------------------------------------
+
+
+class TinyPipe:
+    """What compile_pipeline reads of a pipeline: its components."""
+
+    def __init__(self, model: Any) -> None:
+        self.transformer = model
+        self.components = {"transformer": model}
+
+
+def test_strict_true_refuses_a_call_no_precompiled_function_serves_before_its_fallback_compiles(
+        tmp_path: Path) -> None:
+    from cachekeeper.errors import CompileRefused
+    from cachekeeper.runtime import compile_ledger
+
+    model = Tiny()
+    record = tmp_path / aot.AOT_DIR / "e1" / aot.META_FILE
+    record.parent.mkdir(parents=True)
+    record.write_bytes(meta(model, inputs=aot.call_spec({"x": torch.ones(1, 4), "scale": 1.0})).to_json())
+    pipe = TinyPipe(model)
+    served = compile_pipeline(pipe, tmp_path, strict=True)
+    before = len(compile_ledger().entries())
+    with pytest.raises(CompileRefused) as caught:
+        pipe.transformer(x=torch.ones(2, 4), scale=1.0)   # another shape than the precompiled function's
+    forward = served.components["transformer"]
+    assert forward._fallback is None and forward.stats.fallback_calls == 0, "nothing was compiled"
+    message = caught.value.message
+    assert message.startswith("strict: model transformer (no shape outside watch()) would compile on inductor; "
+                              "transformer: no precompiled function for this call of Tiny (x: x=2x4:float32@cpu vs "
+                              "prebuilt x=1x4:float32@cpu); compile_pipeline(strict=True) refuses the fallback; ")
+    [entry] = compile_ledger().entries()[before:]
+    assert (entry.reason, entry.ran, entry.refused) == ("fallback", False, True)
+    served.restore()
+
+
 # --- a pipeline it cannot serve: one line, the pipeline untouched ----------------------------------------
 
 

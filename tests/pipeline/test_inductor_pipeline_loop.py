@@ -1,9 +1,9 @@
 """The pipeline loop, for real, through the CLI: prebuild the whole-pipeline warm-up of tiny FLUX.1 with
 Inductor in mode `full`, hydrate into a fresh dir on a 'fresh instance', and a server process that loads the
 pipeline, compiles the transformer with the documented call and runs pipe(...) with another prompt, step
-count and seed compiles nothing. Asserted with Inductor's own cache counters (that another prompt length
-would miss is shown cheaply in test_captured_inputs.py). One cold compile for the module (about 40 s on 2
-busy cores).
+count and seed compiles nothing, under strict mode fail. Asserted with Inductor's own cache counters (that
+another prompt length would miss is shown cheaply in test_captured_inputs.py). One cold compile for the module
+(about 40 s on 2 busy cores).
 
 One family per mode: FLUX.1 here in `full`, FLUX.2-klein in `aot` (test_aot_pipeline.py). The other two
 pairs cost 2 cold compiles (about 110 s of the suite's CPU); what only they ran end to end is tested
@@ -56,10 +56,13 @@ def test_a_server_running_the_pipeline_on_a_hydrated_dir_compiles_nothing(
                    str(instance / "ck"), "--model", MODEL, "--json"], boot, instance)
     assert not json.loads(hydrate.stdout.splitlines()[0])["missing"]
     dest = Path(json.loads(hydrate.stdout.splitlines()[0])["dest"])   # the toolchain's own dir under the dest
-    served = run([sys.executable, str(REPO / "examples" / "serve_pipeline.py"), str(tmp / "models" / MODEL),
-                  "--height", "64", "--width", "64", "--max-sequence-length", "16", "--guidance-scale", "1.0",
-                  "--prompt", "any other text, longer than the warm-up's", "--steps", "3", "--seed", "7"],
-                 {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest)}, instance)
+    # Under strict mode fail, from the script's first line (`cachekeeper.runtime.replay`, as the canary runs a
+    # warm-up): a fully hydrated pipeline is no error (`run` asserts exit 0 and no traceback).
+    served = run([sys.executable, "-m", "cachekeeper.runtime.replay", str(REPO / "examples" / "serve_pipeline.py"),
+                  str(tmp / "models" / MODEL), "--height", "64", "--width", "64", "--max-sequence-length", "16",
+                  "--guidance-scale", "1.0", "--prompt", "any other text, longer than the warm-up's", "--steps", "3",
+                  "--seed", "7"], {**boot, "TORCHINDUCTOR_CACHE_DIR": str(dest), "CACHEKEEPER_STRICT": "fail"},
+                 instance)
     out = json.loads(served.stdout.strip().splitlines()[-1])
     assert out["pipeline"] == PIPELINE
     assert out["fxgraph_cache_miss"] == 0 and out["fxgraph_cache_hit"] >= 1

@@ -111,10 +111,11 @@ WARMUP_OPTIONS = {"text_len": "8"}
 
 def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path, *,
               options: Mapping[str, str] = WARMUP_OPTIONS, seed_from: Path | None = None,
-              timeout: float = 600, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+              timeout: float = 600, env: Mapping[str, str] | None = None, strict: bool = False) -> dict[str, Any]:
     """Run the backend's real build command in a subprocess; `seed_from` pre-fills the cache root
-    (a hydrated dir); `env` is added to the command's, as the worker adds a build.workers slot's. Returns the
-    result JSON the build wrote."""
+    (a hydrated dir); `env` is added to the command's, as the worker adds a build.workers slot's; `strict`:
+    replayed as the canary does (`python -m cachekeeper.runtime.replay`, CACHEKEEPER_STRICT=fail), so a
+    compile is an error. Returns the result JSON the build wrote."""
     roots = backend.build_roots(workdir)
     for root in roots.values():
         root.mkdir(parents=True, exist_ok=True)
@@ -124,7 +125,13 @@ def run_build(backend: Backend, spec: EntrySpec, model: ModelRef, workdir: Path,
                    result_path=str(workdir / "result.json"))
     cmd = backend.build_command(job)
     cmd.env.update(env or {})
-    proc = subprocess.run(cmd.argv, env=cmd.env, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+    argv = cmd.argv
+    if strict:
+        from cachekeeper.admin.canary import replay_command
+
+        argv = replay_command(cmd.argv)
+        cmd.env["CACHEKEEPER_STRICT"] = "fail"
+    proc = subprocess.run(argv, env=cmd.env, cwd=workdir, capture_output=True, text=True, timeout=timeout,
                           check=False)
     assert proc.returncode == 0, f"build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     result: dict[str, Any] = json.loads((workdir / "result.json").read_text())

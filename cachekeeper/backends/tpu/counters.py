@@ -9,6 +9,10 @@ and positive only when this process compiled it. So:
   compiled   entries with compilation_duration > 0     (this process ran the compiler)
   loaded     entries with compilation_duration == 0    (read from tier 2 or tier 3)
   requests   num_cache_reqs
+  seconds    the compilation_duration of those compiled, summed
+
+An older TorchTPU without `_get_cache_stats` has only the tier-1 hit/miss counters, which cannot tell a
+compile from a tier-3 read: `unavailable()` says so, and a serving process falls back to the tier-3 files.
 """
 
 from __future__ import annotations
@@ -43,3 +47,19 @@ def loaded() -> int:
 
 def requests() -> int:
     return int(_stats().num_cache_reqs)
+
+
+def seconds() -> float:
+    return sum(d for d in durations() if d > 0)
+
+
+def unavailable() -> str:
+    """Why the per-entry stats are not there ("" when they are)."""
+    try:
+        ops = importlib.import_module(OPS)
+    except ImportError as exc:
+        return f"{OPS} cannot be imported ({exc})"
+    if not callable(getattr(ops, "_get_cache_stats", None)):
+        return ("this torch_tpu has no _get_cache_stats (its hit/miss counters count tier 1 only and cannot tell "
+                "a compile from a tier-3 read)")
+    return ""
