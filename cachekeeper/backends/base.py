@@ -66,6 +66,10 @@ class Backend(abc.ABC):
     modes: ClassVar[tuple[str, ...]] = ("full",)            # compile modes it builds; "full" is everyone's
     can_offload: ClassVar[bool] = True                       # runs a pipeline warm-up with CPU offload
     shared_roots: ClassVar[frozenset[str]] = frozenset()   # roots published once per toolchain
+    # Roots whose files may name the root's own path where the runtime uses it (a kernel's absolute file
+    # name): published with that path as a placeholder, which hydrate replaces by the dir it fills
+    # (format/relocate.py). Their `build_roots` paths should be `format.relocate.RESERVED` bytes long.
+    relocatable_roots: ClassVar[frozenset[str]] = frozenset()
     default_cache_dir: ClassVar[str | None] = None          # the runtime's own default when env_var is unset
 
     @abc.abstractmethod

@@ -38,7 +38,12 @@ from ..pipeline_warmup import (
 from . import aot
 
 COUNTERS = {
-    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+                 # what a load still compiles or benchmarks (CUDA; 0 on CPU): Triton kernels not found
+                 # compiled, kernels emitted from the FX bundle, GEMM autotuning (max-autotune), coordinate
+                 # descent benchmarks
+                 "async_compile_cache_miss", "triton_bundler_read_and_emit_kernel", "select_algorithm_autotune",
+                 "coordesc_tuning_bench"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
 }
 
