@@ -74,6 +74,10 @@ class InductorBackend(PackagedBackend):
     name: ClassVar[str] = "inductor"
     env_var: ClassVar[str] = "TORCHINDUCTOR_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = ("full", "repeated_blocks", "aot")
+    # torch.compile's modes (torch/__init__.py `compile`; Inductor's list_mode_options): a server's own
+    # `mode=` is a matrix option (`compile_modes`), so the build compiles (and autotunes) as it will.
+    compile_modes: ClassVar[tuple[str, ...]] = ("default", "reduce-overhead", "max-autotune",
+                                                "max-autotune-no-cudagraphs")
     # Inductor's own default, $TMPDIR/torchinductor_$USER (as the runtime computes it), for `doctor`.
     default_cache_dir: ClassVar[str | None] = str(probes.default_pch_dir().parent)
     shared_roots: ClassVar[frozenset[str]] = frozenset({PCH_ROOT})
@@ -84,6 +88,11 @@ class InductorBackend(PackagedBackend):
     install_hint: ClassVar[str] = "pip install torch"
     # A location, and what a server's env gets: neither changes compiled bytes, so neither is a field.
     field_options: ClassVar[frozenset[str]] = frozenset({"pch_dir", SERVE_THREADS})
+
+    @classmethod
+    def compile_modes_in(cls, mode: str) -> tuple[str, ...]:
+        # An aot function compiles with backend_options.inductor.mode (aot.py), never an entry's own.
+        return ("default",) if mode == "aot" else cls.compile_modes
 
     def mode_key_options(self, mode: str, *, pipeline: bool = False) -> dict[str, str]:
         """An `aot` function embeds the model's bytecode, so the installed diffusers build is part of what
