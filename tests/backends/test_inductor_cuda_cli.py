@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_env import one_error_line, run_cli
+from tests.test_cli_edges import hint_line
 
 SMI = """#!/bin/sh
 case "$*" in
@@ -122,6 +123,7 @@ def test_a_triton_cache_built_for_another_gpu_is_refused_by_its_key_and_never_pl
     proc = run_cli(["hydrate", "--config", host["CONFIG"], "--dest", str(tmp_path / "d")], host, tmp_path, ok=False)
     line = one_error_line(proc)
     assert proc.returncode == 8 and "published toolchains differ" in line and f"{field}=" in line
+    assert hint_line(proc)
     assert not [p for p in (tmp_path / "d").rglob("*") if p.is_file() and ".cachekeeper" not in p.parts]
 
 
@@ -163,6 +165,7 @@ def test_a_served_dir_longer_than_the_build_reserved_is_one_error(host: dict[str
     proc = run_cli(["hydrate", "--config", host["CONFIG"], "--dest", str(long)], host, tmp_path, ok=False)
     line = one_error_line(proc)
     assert proc.returncode == 9 and "reserve 200" in line
+    assert "--dest of at most 183 bytes" in hint_line(proc)
     assert not long.exists()
 
 
@@ -172,6 +175,7 @@ def test_a_bad_serve_compile_threads_is_one_config_error(host: dict[str, str], t
                     f"serve_compile_threads={value}"], host, tmp_path, ok=False)
     line = one_error_line(proc)
     assert proc.returncode == 2 and "serve_compile_threads" in line
+    assert "a whole number >= 1 and <= 1024" in hint_line(proc)
 
 
 def test_serve_compile_threads_is_exported_and_is_no_fingerprint_field(host: dict[str, str], tmp_path: Path) -> None:
