@@ -67,7 +67,7 @@ def served(root: str, length: int) -> bytes:
     if len(raw) > length:
         raise DestinationError(
             f"{root} is {len(raw)} bytes long; the relocatable files built for it reserve {length} for the path "
-            "they are served from", f"hydrate into a --dest whose toolchain dir is at most {length} bytes long",
+            "they are served from", f"hydrate into a dest whose toolchain dir is at most {length} bytes long",
             path=root)
     return raw + b"/" * (length - len(raw))
 

@@ -165,7 +165,7 @@ def test_a_served_dir_longer_than_the_build_reserved_is_one_error(host: dict[str
     proc = run_cli(["hydrate", "--config", host["CONFIG"], "--dest", str(long)], host, tmp_path, ok=False)
     line = one_error_line(proc)
     assert proc.returncode == 9 and "reserve 200" in line
-    assert "--dest of at most 183 bytes" in hint_line(proc)
+    assert "dest of at most 183 bytes" in hint_line(proc)
     assert not long.exists()
 
 

@@ -179,7 +179,7 @@ class InductorBackend(PackagedBackend):
         if len(os.fsencode(str(dest))) > relocate.RESERVED:
             raise DestinationError(f"inductor: {dest} is {len(os.fsencode(str(dest)))} bytes long; prebuilt cache "
                                    f"files reserve {relocate.RESERVED} for the dir they are served from",
-                                   f"hydrate into a --dest of at most {relocate.RESERVED - 17} bytes (the "
+                                   f"hydrate into a dest of at most {relocate.RESERVED - 17} bytes (the "
                                    "toolchain's dir adds /<16 hex>)", path=str(dest))
         if (blocked := unwritable(dest)) is not None:
             raise DestinationError(f"inductor: {dest} is not writable ({blocked}): Inductor writes its locks and "
@@ -257,6 +257,6 @@ def serve_threads(options: Mapping[str, str]) -> int | None:
 
 
 def triton_dir_warning(theirs: str, ours: str) -> str:
-    return (f"TRITON_CACHE_DIR={theirs} is set here, not the hydrated {ours}: hydrate --print-env (and "
-            "`cachekeeper env`) point it there, so a server started with those exports loads the prebuilt "
+    return (f"TRITON_CACHE_DIR={theirs} is set here, not the hydrated {ours}: the env hydrate prints (and "
+            "`cachekeeper env`) points it there, so a server started with those exports loads the prebuilt "
             f"Triton kernels; one that keeps {theirs} compiles them again")
