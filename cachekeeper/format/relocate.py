@@ -135,17 +135,20 @@ def _find_all(data: bytes | mmap.mmap, pattern: bytes, start: int = 0) -> Iterat
 
 def mark_file(path: Path, pattern: bytes) -> Kind:
     """Classify a built file and, when it is to be relocated, replace `pattern` by its placeholder in
-    place (the build's own file: the snapshot reads it next). Sizes never change."""
+    place (the build's own file: the snapshot reads it next). Sizes never change. A file an earlier
+    snapshot of the same build rewrote (it holds the placeholder already) is "relocate" too."""
+    stand_in = placeholder(len(pattern))
     with open(path, "r+b") as f:
         if os.fstat(f.fileno()).st_size < len(pattern):
             return "none"
         with mmap.mmap(f.fileno(), 0) as mm:
             kind = classify(mm, pattern)
             if kind == "relocate":
-                stand_in = placeholder(len(pattern))
                 for at in list(_find_all(mm, pattern)):
                     mm[at:at + len(pattern)] = stand_in
                 mm.flush()
+            elif kind == "none" and mm.find(stand_in) >= 0:
+                kind = "relocate"
     return kind
 
 

@@ -91,6 +91,8 @@ def test_snapshot_marks_a_nested_pickle_and_hydrate_restores_valid_pickles_namin
     published = entry.read_bytes()
     assert os.fsencode(str(root)) not in published and relocate.placeholder(LENGTH) in published
     assert len(published) == size
+    assert relocate.mark_file(entry, os.fsencode(str(root))) == "relocate"   # a second snapshot: still marked
+    assert entry.read_bytes() == published
     served = tmp_path / "srv" / "0123456789abcdef"
     (served / "ab").mkdir(parents=True)
     (served / "ab" / "0f.best_config").write_text("{}")
