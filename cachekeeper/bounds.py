@@ -93,6 +93,7 @@ PART_MIB = Bound("part size", 0, 4096, unit="MiB")          # hydrate's ranged-G
 SIZE = Bound("size", 1, 65536, integer=True)                 # a shape's height, width or batch
 BYTE_BUDGET = Bound("byte budget", 1, 1 << 60, integer=True, unit="bytes")  # a dest or node cache: above is a typo
 COUNT = Bound("count", 1, 1_000_000, integer=True)          # entries (--ready-after): more than any matrix
+COMPILE_THREADS = Bound("compile threads", 1, 1024, integer=True)   # a server's Inductor compile workers
 
 
 # --- byte sizes: one parser for flags, env vars, the config and the Python API ---------------------------

@@ -37,3 +37,48 @@ def test_keys_manifests_and_lockfiles_are_byte_identical(tmp_path: Path) -> None
     assert named == [], f"{len(named)} files are new or gone, e.g. {[str(f) for f in named[:4]]}"
     changed = [str(f) for f in expected if (tmp_path / f).read_bytes() != (GOLDEN / f).read_bytes()]
     assert changed == [], f"{len(changed)} of {len(expected)} files changed bytes: {changed[:5]}"
+
+
+# --- manifest schema 3: relocatable files (format/relocate.py), written by this code on purpose ------------
+
+RELOCATED = GOLDEN / "relocated" / "manifest.json"
+
+
+def relocated_manifest(tmp: Path) -> bytes:
+    """An Inductor entry's manifest whose files name the build's root (padded to RESERVED bytes, as
+    InductorBackend.build_roots makes it): pinned inputs, so the bytes are the same on every host."""
+    from cachekeeper.backends.inductor import InductorBackend
+    from cachekeeper.format.fingerprint import Fingerprint
+    from cachekeeper.format.spec import EntrySpec, Shape
+    from cachekeeper.publish.upload import publish
+    from cachekeeper.stores.memory import MemoryStore
+
+    backend = InductorBackend()
+    root = backend.build_roots(tmp / "ck-build-golden")["cache"]
+    (root / "fxgraph" / "fk").mkdir(parents=True)
+    (root / "fxgraph" / "fk" / "entry").write_bytes(f"filename={root}/ab/cabkernel.py".encode())
+    (root / "ab").mkdir()
+    (root / "ab" / "cabkernel.py").write_bytes(b"# kernel\n")
+    spec = EntrySpec(model="tiny-flux", component="transformer", backend="inductor", mode="full",
+                     shape=Shape(64, 64, 1), dtype="float32")
+    fp = Fingerprint.of("inductor", {"torch": "2.13.0", "device": "cuda", "gpu": "NVIDIA H200", "gpu_cc": "9.0"})
+    manifest = publish(MemoryStore(), fingerprint=fp, spec=spec, roots={"cache": root}, include=backend.include,
+                       build={"result": {"aot_dir": f"{root}/ck-aot/x"}},
+                       relocatable_roots=backend.relocatable_roots).manifest
+    return manifest.to_bytes()
+
+
+def test_a_manifest_with_relocatable_files_is_byte_identical_to_its_golden(tmp_path: Path) -> None:
+    made = relocated_manifest(tmp_path)
+    assert b'"schema":3' in made and b'"relocate":200' in made and b"${cache}/ck-aot/x" in made
+    assert made == RELOCATED.read_bytes(), "schema 3 changed: bump the manifest version, then regenerate " \
+                                           "(python -m tests.test_formats_stable)"
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        RELOCATED.parent.mkdir(exist_ok=True)
+        RELOCATED.write_bytes(relocated_manifest(Path(work)))
+    print(f"wrote {RELOCATED}")

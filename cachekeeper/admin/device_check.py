@@ -263,7 +263,8 @@ def run_device_check(backend: Backend, options: Mapping[str, str], *, mode: str 
         job = BuildJob(spec, ref, {k: str(v) for k, v in roots.items()}, opts, str(tmp / "prebuild.json"))
         first, _ = _build(backend, job, tmp, slot, timeout, "build")
         store = FileStore(tmp / "store")
-        published = publish(store, fingerprint=fp, spec=spec, roots=roots, include=backend.include)
+        published = publish(store, fingerprint=fp, spec=spec, roots=roots, include=backend.include,
+                            relocatable_roots=backend.relocatable_roots)
         dest = tmp / "hydrated"
         hydrate(Target(fp, dest), HydrateOptions(), lambda: store)
         served_job = BuildJob(spec, ref, {CACHE_ROOT: str(dest)}, opts, str(tmp / "served.json"))

@@ -42,6 +42,13 @@ def modes_for(name: str) -> tuple[str, ...]:
     return backend_class(name).modes
 
 
+def compile_modes_for(name: str, mode: str | None = None) -> tuple[str, ...]:
+    """The torch.compile modes backend `name` takes (Backend.compile_modes), in compile mode `mode` if given
+    (Backend.compile_modes_in)."""
+    cls = backend_class(name)
+    return cls.compile_modes if mode is None else cls.compile_modes_in(mode)
+
+
 def can_offload(name: str) -> bool:
     """Whether backend `name` runs a pipeline warm-up with CPU offload (Backend.can_offload)."""
     return backend_class(name).can_offload

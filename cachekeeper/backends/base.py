@@ -64,8 +64,21 @@ class Backend(abc.ABC):
     env_var: ClassVar[str]           # points the runtime at the `cache` root
     # What the config planner asks a backend (defaults suit a plugin that declares nothing more):
     modes: ClassVar[tuple[str, ...]] = ("full",)            # compile modes it builds; "full" is everyone's
+    # torch.compile `mode`s a server may pass (the matrix key `compile_modes`); "default" is everyone's and
+    # adds nothing to an entry's key. A backend without others builds its entries once, whatever is listed.
+    compile_modes: ClassVar[tuple[str, ...]] = ("default",)
+
+    @classmethod
+    def compile_modes_in(cls, mode: str) -> tuple[str, ...]:
+        """The torch.compile modes an entry of compile mode `mode` may be built with (light: the config
+        planner asks)."""
+        return cls.compile_modes
     can_offload: ClassVar[bool] = True                       # runs a pipeline warm-up with CPU offload
     shared_roots: ClassVar[frozenset[str]] = frozenset()   # roots published once per toolchain
+    # Roots whose files may name the root's own path where the runtime uses it (a kernel's absolute file
+    # name): published with that path as a placeholder, which hydrate replaces by the dir it fills
+    # (format/relocate.py). Their `build_roots` paths should be `format.relocate.RESERVED` bytes long.
+    relocatable_roots: ClassVar[frozenset[str]] = frozenset()
     default_cache_dir: ClassVar[str | None] = None          # the runtime's own default when env_var is unset
 
     @abc.abstractmethod

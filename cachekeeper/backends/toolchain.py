@@ -17,6 +17,7 @@ import importlib.metadata
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,23 @@ def require_choice(backend: str, option: str, value: str, allowed: tuple[str, ..
     if value not in allowed:
         raise ConfigError(f"{backend}: {option} must be one of {', '.join(allowed)}, not {value!r}")
     return value
+
+
+def unwritable(dest: Path) -> str | None:
+    """Why a runtime could not create dirs in `dest` (or in the nearest existing dir above it, where hydrate
+    will create it), or None. Tried for real: mode bits do not bind root, a read-only mount does."""
+    here = dest
+    while not here.exists():
+        if here.parent == here:
+            return "no existing dir above it"
+        here = here.parent
+    if not here.is_dir():
+        return f"{here} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ck-writable-", dir=here))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def non_empty(path: Path) -> bool:

@@ -10,9 +10,17 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..backends import mode_key_options
+from ..backends import compile_modes_for, mode_key_options
 from ..errors import ConfigError
-from ..format.spec import EntrySpec, ModelRef, Shape, default_warmup, warmup_options
+from ..format.spec import (
+    COMPILE_MODE,
+    DEFAULT_COMPILE_MODE,
+    EntrySpec,
+    ModelRef,
+    Shape,
+    default_warmup,
+    warmup_options,
+)
 from .hydrate import HydrateOptions
 
 
@@ -37,6 +45,7 @@ class ModelMatrix:
     line: int = 0                                # line of the model's name in the config
     path_line: int = 0                           # line of its `path` (local models)
     priority: int = 0                            # hydrate places higher first (`--ready-after`)
+    compile_modes: tuple[str, ...] = (DEFAULT_COMPILE_MODE,)   # torch.compile modes the server uses, sorted
 
     @property
     def guidance(self) -> bool:
@@ -55,7 +64,8 @@ class ModelMatrix:
         m = self.model
         return m.warmup or default_warmup(mode)
 
-    def key_options(self, backend: str, mode: str = "full") -> tuple[tuple[str, str], ...]:
+    def key_options(self, backend: str, mode: str = "full",
+                    compile_mode: str = DEFAULT_COMPILE_MODE) -> tuple[tuple[str, str], ...]:
         """The entry's graph-changing options, which go into its key (sorted, as EntrySpec wants).
         Not the config's `backend_options`: those go into the toolchain fingerprint."""
         m = self.model
@@ -64,18 +74,28 @@ class ModelMatrix:
                              max_sequence_length=m.max_sequence_length, offload=m.offload)
         if m.tensor_parallel > 1:
             out["tp"] = str(m.tensor_parallel)
+        if compile_mode != DEFAULT_COMPILE_MODE:
+            out[COMPILE_MODE] = compile_mode
         out.update(mode_key_options(backend, mode, pipeline=warmup == "pipeline"))
         return tuple(sorted(out.items()))
 
+    def compile_modes_for(self, backend: str, mode: str) -> tuple[str, ...]:
+        """The listed torch.compile modes `backend` takes in compile `mode`; one that takes none of them
+        builds once, as "default"."""
+        taken = compile_modes_for(backend, mode)
+        return tuple(c for c in self.compile_modes if c in taken) or (DEFAULT_COMPILE_MODE,)
+
     def entries(self) -> list[MatrixEntry]:
-        """backend, mode, dtype, shape: each sorted, so the order is the same in every process."""
+        """backend, mode, compile mode, dtype, shape: each sorted, so the order is the same in every process."""
         m = self.model
         return [
             MatrixEntry(EntrySpec(model=m.name, component=m.component, backend=backend, mode=mode, shape=shape,
-                                  dtype=dtype, revision=m.revision, options=self.key_options(backend, mode)),
+                                  dtype=dtype, revision=m.revision,
+                                  options=self.key_options(backend, mode, compile_mode)),
                         m)
             for backend in sorted(self.backends)
             for mode in sorted(self.modes_for(backend))
+            for compile_mode in self.compile_modes_for(backend, mode)
             for dtype in sorted(self.dtypes)
             for shape in sorted(self.compiled_shapes())
         ]

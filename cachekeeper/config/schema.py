@@ -16,10 +16,10 @@ from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from ..backends import can_offload, modes_for, registry
+from ..backends import can_offload, compile_modes_for, modes_for, registry
 from ..bounds import BUILD_TIMEOUT, COUNT, SIZE, WORKERS, bytes_problem, parse_bytes
 from ..errors import ConfigError, UsageError
-from ..format.spec import OFFLOADS, WARMUPS, ModelRef, Shape
+from ..format.spec import DEFAULT_COMPILE_MODE, OFFLOADS, WARMUPS, ModelRef, Shape
 from ..stores.schemes import parse_store_url
 from ..stores.url import local_path
 from .hydrate import HydrateOptions, Spec, config_keys, spec_of
@@ -46,7 +46,7 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 _BUILD_KEYS = ("timeout", "workers")
 _HYDRATE_KEYS = config_keys()   # the HydrateOptions fields the config sets (config/hydrate.py)
 MAX_COUNT = int(COUNT.high)
-_MATRIX_KEYS = ("backends", "modes", "dtypes", "shapes")
+_MATRIX_KEYS = ("backends", "modes", "compile_modes", "dtypes", "shapes")
 _MODEL_KEYS = ("name", "path", "hub", "revision", "component", "inputs", "tensor_parallel",
                "guidance", "warmup", "max_sequence_length", "offload", "priority", *_MATRIX_KEYS)
 _SHAPE_KEYS = ("height", "width", "batch")
@@ -95,6 +95,7 @@ class _Matrix:
     modes: _Modes | None = None
     dtypes: tuple[At[str], ...] | None = None
     shapes: tuple[At[Shape], ...] | None = None
+    compile_modes: tuple[At[str], ...] | None = None   # torch.compile modes the server passes
 
     def over(self, base: _Matrix) -> _Matrix:
         """Per-model values replace (not extend) the defaults."""
@@ -103,6 +104,7 @@ class _Matrix:
             self.modes if self.modes is not None else base.modes,
             self.dtypes if self.dtypes is not None else base.dtypes,
             self.shapes if self.shapes is not None else base.shapes,
+            self.compile_modes if self.compile_modes is not None else base.compile_modes,
         )
 
 
@@ -252,6 +254,9 @@ class _Schema(NodeReader):
             dtypes=self.names(fields["dtypes"][1], f"{prefix}dtypes", "dtype", DTYPES, _DTYPE_ALIASES)
             if "dtypes" in fields else None,
             shapes=self.shapes(fields["shapes"][1], f"{prefix}shapes") if "shapes" in fields else None,
+            compile_modes=self.names(fields["compile_modes"][1], f"{prefix}compile_modes", "compile mode",
+                                     sorted({c for name in registry() for c in compile_modes_for(name)}))
+            if "compile_modes" in fields else None,
         )
 
     def modes(self, key: Node, node: Node, what: str) -> _Modes:
@@ -363,6 +368,7 @@ class _Schema(NodeReader):
         self.check_offload(fields, ref, backends, where)
         return ModelMatrix(
             model=ref, backends=backends, modes=tuple(sorted({m for _, ms in backend_modes for m in ms})),
+            compile_modes=self.compile_modes(matrix, backends, where),
             dtypes=dtypes, shapes=shapes, backend_modes=backend_modes,
             line=line_of(name_node), path_line=line_of(fields["path"][1]) if "path" in fields else 0,
             priority=self.bounded(fields["priority"][1], f"{where} priority", 0, MAX_COUNT)
@@ -449,6 +455,17 @@ class _Schema(NodeReader):
         dtypes = matrix.dtypes or tuple(At(d, line) for d in DEFAULT_DTYPES)
         return (tuple(b for b, _ in backend_modes), backend_modes, tuple(sorted(d.value for d in dtypes)),
                 tuple(sorted(s.value for s in matrix.shapes)))
+
+    def compile_modes(self, matrix: _Matrix, backends: Sequence[str], where: str) -> tuple[str, ...]:
+        """The torch.compile modes of a model, sorted; each must be one a backend of the model takes."""
+        if not matrix.compile_modes:
+            return (DEFAULT_COMPILE_MODE,)
+        for c in matrix.compile_modes:
+            if not any(c.value in compile_modes_for(b) for b in backends):
+                raise self.error(c.line, f"{where} compile mode {c.value!r} is not one its backends take "
+                                         f"({', '.join(backends)}: "
+                                         f"{', '.join(sorted({m for b in backends for m in compile_modes_for(b)}))})")
+        return tuple(sorted({c.value for c in matrix.compile_modes}))
 
     def missing(self, key: str, model: str, line: int) -> ConfigError:
         return self.error(line, f"model {model!r} has no {key}; set defaults.{key} or {key} on the model")

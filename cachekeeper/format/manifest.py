@@ -36,11 +36,19 @@ KIND_SHARED = "shared"
 # finds them.
 KIND_CAPTURED = "captured"
 SCHEMA_CAPTURED = 2
+# Entry and shared manifests with relocatable files (a record's `relocate`: format/relocate.py) carry schema
+# 3: hydrate must rewrite those files for the dir it serves, so a reader that predates them says "unknown
+# manifest schema 3" instead of placing files that name a placeholder. Without one they stay schema 1 (the
+# same bytes, digests and lockfiles as before).
+SCHEMA_RELOCATED = 3
+READ_SCHEMAS = (SCHEMA, SCHEMA_CAPTURED, SCHEMA_RELOCATED)
 _CAPTURED_NAME = re.compile(rf"{CAPTURED_DIR}[0-9a-f]{{16}}")   # layout.captured_set_name of 16 hex
 
 
-def schema_for(kind: str) -> int:
-    return SCHEMA_CAPTURED if kind == KIND_CAPTURED else SCHEMA
+def schema_for(kind: str, relocated: bool = False) -> int:
+    if kind == KIND_CAPTURED:
+        return SCHEMA_CAPTURED
+    return SCHEMA_RELOCATED if relocated else SCHEMA
 
 
 @dataclass(frozen=True)
@@ -51,10 +59,16 @@ class FileRecord:
     sha256: str
     blob: str          # digest of the blob holding the bytes
     offset: int = 0    # where they start in that blob (0 for a blob of its own)
+    # > 0: the bytes name the build's root as a placeholder of this many bytes, which hydrate replaces by
+    # the root it serves (format/relocate.py); `sha256` is of the published bytes. Schema 3 only.
+    relocate: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"root": self.root, "path": self.path, "size": self.size, "sha256": self.sha256,
-                "blob": self.blob, "offset": self.offset}
+        d: dict[str, Any] = {"root": self.root, "path": self.path, "size": self.size, "sha256": self.sha256,
+                             "blob": self.blob, "offset": self.offset}
+        if self.relocate:
+            d["relocate"] = self.relocate
+        return d
 
 
 @dataclass(frozen=True)
@@ -86,9 +100,13 @@ class Manifest:
     def total_size(self) -> int:
         return sum(f.size for f in self.files)
 
+    @property
+    def schema(self) -> int:
+        return schema_for(self.kind, any(f.relocate for f in self.files))
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "schema": schema_for(self.kind), "kind": self.kind, "name": self.name,
+            "schema": self.schema, "kind": self.kind, "name": self.name,
             "fingerprint": self.fingerprint.to_dict(), "fingerprint_id": self.fingerprint.id,
             "spec": self.spec.to_dict() if self.spec else None,
             "requires": list(self.requires),
@@ -117,16 +135,20 @@ class Manifest:
             d = _loads(data, source)
             if not isinstance(d, dict):
                 raise ManifestError(_at(source, "not a JSON object"))
-            if d.get("schema") not in (SCHEMA, SCHEMA_CAPTURED):
-                raise ManifestError(_at(source, f"unknown manifest schema {d.get('schema')!r}"))
-            if d.get("schema") != schema_for(d.get("kind", "")):
-                raise ManifestError(_at(source, f"kind {d.get('kind')!r} does not belong to schema {d['schema']}"))
+            if d.get("schema") not in READ_SCHEMAS or isinstance(d.get("schema"), bool):
+                raise ManifestError(_at(source, f"unknown manifest schema {d.get('schema')!r} (this cachekeeper "
+                                                f"reads {', '.join(map(str, READ_SCHEMAS))}: upgrade it on this host)"))
+            files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), _size(f["size"]),
+                                     _digest(f["sha256"]), _digest(f["blob"]), _size(f.get("offset", 0)),
+                                     _relocate(f["relocate"]) if "relocate" in f else 0)
+                          for f in d["files"])
+            if d.get("schema") != schema_for(d.get("kind", ""), any(f.relocate for f in files)):
+                raise ManifestError(_at(source, f"kind {d.get('kind')!r} does not belong to schema {d['schema']}"
+                                                + (" with relocatable files" if any(f.relocate for f in files)
+                                                   else "")))
             fp = Fingerprint.from_dict(d["fingerprint"])
             if d.get("fingerprint_id") != fp.id:
                 raise ManifestError(_at(source, "fingerprint id does not match its fields"))
-            files = tuple(FileRecord(str(f["root"]), str(safe_relpath(f["path"])), _size(f["size"]),
-                                     _digest(f["sha256"]), _digest(f["blob"]), _size(f.get("offset", 0)))
-                          for f in d["files"])
             blobs = tuple(BlobRecord(_digest(b["digest"]), _size(b["size"]), bool(b["packed"])) for b in d["blobs"])
             spec = EntrySpec.from_dict(d["spec"]) if d.get("spec") else None
             m = cls(kind=d["kind"], name=str(d["name"]), fingerprint=fp, files=files, blobs=blobs,
@@ -165,6 +187,8 @@ class Manifest:
             raise ManifestError(_at(source, "a captured set is named captured/<16 hex>, and only a captured set"))
         if self.kind == KIND_CAPTURED and (self.spec is not None or self.requires):
             raise ManifestError(_at(source, "a captured set has no spec and requires nothing"))
+        if self.kind == KIND_CAPTURED and any(f.relocate for f in self.files):
+            raise ManifestError(_at(source, "a captured set has no relocatable files (schema 2)"))
 
 
 # --- bounded input: a manifest comes from a store we may not trust ---------------------------------
@@ -214,6 +238,14 @@ def _loads(data: bytes, source: str | None) -> Any:
 def _size(value: Any) -> int:
     if type(value) is not int or not 0 <= value <= MAX_SIZE:
         raise ValueError(f"{str(value)[:24]!r} is not a size or offset (an integer from 0 to {MAX_SIZE})")
+    return value
+
+
+def _relocate(value: Any) -> int:
+    from .relocate import MAX_LENGTH, MIN_LENGTH
+
+    if type(value) is not int or not MIN_LENGTH <= value <= MAX_LENGTH:
+        raise ValueError(f"{str(value)[:24]!r} is not a relocatable path length ({MIN_LENGTH} to {MAX_LENGTH})")
     return value
 
 

@@ -21,6 +21,10 @@ SPEC_VERSION = 1
 EAGER_MODES = frozenset({"eager", "defer_and_fuse"})
 WARMUPS = ("pipeline", "component")
 OFFLOADS = ("model", "sequential")
+# The torch.compile `mode` an entry is built and served with (matrix key `compile_modes`). The default adds
+# nothing to the key, so keys made before compile modes were a matrix option stay valid.
+COMPILE_MODE = "compile_mode"
+DEFAULT_COMPILE_MODE = "default"
 
 
 def default_warmup(mode: str) -> str:

@@ -37,6 +37,7 @@ from ..errors import (
     ObjectNotFound,
     StoreError,
 )
+from ..format import relocate
 from ..format.layout import blob_key
 from ..fs.atomic import AtomicFile, fsync_dir
 from ..fs.paths import ensure_dir, sha256_file
@@ -121,6 +122,12 @@ def _verified_commit(run: _FetchContext, p: Placement, out: AtomicFile, actual: 
                      wait: bool = False) -> None:
     """Refuse wrong bytes at once; hand right ones to the committers (fsync, rename, record), so this
     worker goes back to its stream. `wait`: placed before returning (its copies read it back)."""
+    if p.record.relocate:
+        # Issue 39 hook (format/relocate.py `commit`): a relocatable file's verified bytes are rewritten in
+        # this temp file for the dir it lands in; its record then carries the placed bytes' sha256, which
+        # the state records. None: wrong bytes (refused below).
+        placed = relocate.commit(p.record, p.target, out, actual)
+        p, actual = (p, "") if placed is None else (Placement(placed, p.target), placed.sha256)
     if actual != p.record.sha256:
         out.abort()
         raise IntegrityError(f"{what} for {p.record.path} failed verification")
@@ -363,7 +370,13 @@ def _fetch_pack(run: _FetchContext, digest: str, size: int, members: list[Placem
 def _check_local(run: _FetchContext, p: Placement) -> bool:
     """A present file of unknown origin: adopted if its bytes are right (then it is not fetched)."""
     try:
-        ok = sha256_file(p.target) == p.record.sha256
+        if p.record.relocate:
+            # Issue 39 hook (format/relocate.py `local_record`): right when it is the published bytes rewritten
+            # for this dir; adopted with the sha256 it has on disk.
+            local = relocate.local_record(p.record, p.target)
+            ok, p = local is not None, Placement(local or p.record, p.target)
+        else:
+            ok = sha256_file(p.target) == p.record.sha256
         st = os.lstat(p.target)
     except OSError:
         return False

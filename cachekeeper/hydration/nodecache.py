@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..config.hydrate import LinkMode
 from ..errors import DestinationError, LockBusy
+from ..format import relocate
 from ..format.manifest import FileRecord
 from ..fs.atomic import fsync_dir
 from ..fs.durability import NETWORK_FS, boot_id, fs_type
@@ -303,12 +304,19 @@ class NodeCache:
                 sha = p.record.sha256
                 if sha not in known:
                     known[sha] = self.trusted(sha)
-                st = self.place(sha, p.target) if known[sha] else None
+                st = self.place(sha, p.target) if known[sha] and not p.record.relocate else None
+                on_disk = sha
+                if known[sha] and p.record.relocate:
+                    # Issue 39 hook (format/relocate.py `copy_into`): a relocatable file is the dest's own copy,
+                    # rewritten for its dir before its rename; never a link to the shared object.
+                    got = relocate.copy_into(self._obj(sha), p.record, p.target, durable=self.durable)
+                    st, on_disk = (got[0], got[1].sha256) if got is not None else (None, sha)
+                    self.report.copied += got is not None
                 if st is None:
                     known[sha] = False
                     left.setdefault(digest, []).append(p)
                 else:
-                    placed[file_key(p.record.root, p.record.path)] = PlacedFile(sha, st.st_size, st.st_mtime_ns)
+                    placed[file_key(p.record.root, p.record.path)] = PlacedFile(on_disk, st.st_size, st.st_mtime_ns)
         return left
 
     def _fill(self, plan: HydratePlan, todo: dict[str, list[Placement]], placed: dict[str, PlacedFile],

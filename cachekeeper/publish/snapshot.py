@@ -9,12 +9,14 @@ path) is ever parsed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..format import relocate
 from ..format.manifest import BlobRecord, FileRecord
 from ..fs.paths import TMP_SUFFIX, sha256_file
 
@@ -28,6 +30,7 @@ class LocalFile:
     path: str            # POSIX, relative to the root
     abspath: Path
     size: int
+    relocate: int = 0    # > 0: its bytes name its root as a placeholder this long (format/relocate.py)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,20 @@ def scan_roots(roots: Mapping[str, Path], include: Callable[[str, str, Path], bo
     return found
 
 
+def make_relocatable(files: list[LocalFile], roots: Mapping[str, Path]) -> list[LocalFile]:
+    """The build's files with every root of `roots` (the relocatable ones: the backend's choice) written as a
+    placeholder of its path's length, in place, and marked; files where only debug info names it are left
+    as built (format/relocate.py says which). A root too short for a placeholder is left as it is."""
+    patterns = {name: relocate.pattern_of(path) for name, path in roots.items()}
+    out = []
+    for f in files:
+        pattern = patterns.get(f.root)
+        if pattern is not None and relocate.mark_file(f.abspath, pattern) == "relocate":
+            f = dataclasses.replace(f, relocate=len(pattern))
+        out.append(f)
+    return out
+
+
 def plan_packs(files: list[LocalFile]) -> tuple[list[LocalFile], list[list[LocalFile]]]:
     """Split into (standalone files, packs of small files); pure, deterministic."""
     large = [f for f in files if f.size >= SMALL_FILE]
@@ -79,7 +96,7 @@ def iter_blobs(files: list[LocalFile]) -> Iterator[tuple[list[FileRecord], Pendi
     large, packs = plan_packs(files)
     for f in large:
         digest = sha256_file(f.abspath)
-        rec = FileRecord(f.root, f.path, f.size, digest, digest, 0)
+        rec = FileRecord(f.root, f.path, f.size, digest, digest, 0, f.relocate)
         yield [rec], PendingBlob(BlobRecord(digest, f.size, packed=False), f.abspath)
     for members in packs:
         buf = bytearray()
@@ -89,7 +106,7 @@ def iter_blobs(files: list[LocalFile]) -> Iterator[tuple[list[FileRecord], Pendi
             pending.append((f, hashlib.sha256(data).hexdigest(), len(buf)))
             buf += data
         digest = hashlib.sha256(buf).hexdigest()
-        recs = [FileRecord(f.root, f.path, size, sha, digest, off)
+        recs = [FileRecord(f.root, f.path, size, sha, digest, off, f.relocate)
                 for (f, sha, off), size in zip(pending, _sizes(pending, len(buf)), strict=True)]
         yield recs, PendingBlob(BlobRecord(digest, len(buf), packed=True), bytes(buf))
 

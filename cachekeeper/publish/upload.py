@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError
-from ..format import canonical
+from ..format import canonical, relocate
 from ..format.fingerprint import Fingerprint
 from ..format.layout import blob_key, manifest_key
 from ..format.manifest import KIND_ENTRY, KIND_SHARED, BlobRecord, FileRecord, Manifest
 from ..format.spec import EntrySpec
 from ..fs.paths import sha256_file
 from ..stores.base import Store
-from .snapshot import LocalFile, iter_blobs, scan_roots
+from .snapshot import LocalFile, iter_blobs, make_relocatable, scan_roots
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -197,12 +197,21 @@ def commit_manifest(store: Store, manifest: Manifest, signing_key: SigningKey | 
 def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: Mapping[str, Path],
             include: Callable[[str, str, Path], bool], shared_roots: frozenset[str] = frozenset(),
             build: Mapping[str, Any] | None = None, catalog: Catalog | None = None,
-            signing_key: SigningKey | None = None) -> PublishResult:
-    """Publish the entry `spec` built into `roots` (shared roots become their own manifests)."""
+            signing_key: SigningKey | None = None, relocatable_roots: frozenset[str] = frozenset()) -> PublishResult:
+    """Publish the entry `spec` built into `roots` (shared roots become their own manifests). The files of
+    `relocatable_roots` that name their root's path are rewritten to name a placeholder and marked
+    (format/relocate.py: hydrate writes the served dir in); the informative `build` names roots `${root}`."""
     requires: list[str] = []
     uploaded = blobs_up = present = 0
+    movable = {k: v for k, v in roots.items() if k in relocatable_roots}
+    if movable:
+        build = relocate.scrub(build or {}, roots)
+
+    def scan(some: Mapping[str, Path]) -> list[LocalFile]:
+        return make_relocatable(scan_roots(some, include), movable) if movable else scan_roots(some, include)
+
     for root in sorted(shared_roots & roots.keys()):
-        local = scan_roots({root: roots[root]}, include)
+        local = scan({root: roots[root]})
         name = shared_name(root, local)
         if name is None:
             continue
@@ -216,7 +225,7 @@ def publish(store: Store, *, fingerprint: Fingerprint, spec: EntrySpec, roots: M
             catalog.record(shared, store_url=store.url)
         uploaded, blobs_up, present = uploaded + n, blobs_up + len(blobs) - p, present + p
     entry_roots = {k: v for k, v in roots.items() if k not in shared_roots}
-    files, blobs, n, p = upload_files(store, scan_roots(entry_roots, include))
+    files, blobs, n, p = upload_files(store, scan(entry_roots))
     manifest = Manifest(KIND_ENTRY, spec.key, fingerprint, tuple(files), tuple(blobs), spec=spec,
                         requires=tuple(requires), build=dict(build or {}))
     manifest, created = commit_manifest(store, manifest, signing_key)

@@ -217,7 +217,8 @@ def build_entry(entry: MatrixEntry, tc: HostToolchain, store: Store, *, catalog:
         if not any(f.is_file() for r in roots.values() for f in r.rglob("*")):
             return _outcome(entry, tc, "failed", res.seconds, f"build wrote no artifacts\n{res.log_tail}")
         pr = publish(store, fingerprint=fp, spec=spec, roots=roots, include=tc.backend.include,
-                     shared_roots=tc.backend.shared_roots, build=build, catalog=catalog, signing_key=signing_key)
+                     shared_roots=tc.backend.shared_roots, build=build, catalog=catalog, signing_key=signing_key,
+                     relocatable_roots=tc.backend.relocatable_roots)
         return _outcome(entry, tc, "built" if pr.created else "present", res.seconds, pr.manifest.digest)
 
 

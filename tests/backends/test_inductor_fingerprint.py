@@ -17,6 +17,7 @@ from cachekeeper.backends.inductor import InductorBackend, probes
 from cachekeeper.backends.inductor import backend as inductor_backend
 from cachekeeper.backends.toolchain import dist_version
 from cachekeeper.errors import BackendUnavailable
+from cachekeeper.format import relocate
 from cachekeeper.format.spec import EntrySpec, Shape
 
 CPU = {"device": "cpu"}
@@ -220,7 +221,8 @@ def test_avx512_cache_is_not_offered_to_an_avx2_host(monkeypatch: pytest.MonkeyP
 
 def test_build_roots_put_the_header_under_the_builds_tmpdir(tmp_path: Path) -> None:
     roots = backend().build_roots(tmp_path)
-    assert roots["cache"] == tmp_path / "cache"
+    assert roots["cache"].parent == tmp_path and roots["cache"].name.startswith("cache")
+    assert len(str(roots["cache"])) == relocate.RESERVED   # padded: hydrate writes a served dir this long
     assert roots["pch"] == tmp_path / "tmp" / f"torchinductor_{probes.username()}" / "precompiled_headers"
 
 

@@ -79,8 +79,8 @@ CASES: dict[str, tuple[str, str]] = {
                           "unknown key 'backend' in model 'a'; did you mean 'backends'?"),
     "unknown key without a close match lists the keys": (
         MODEL + "    zzz: 1  # <-\n",
-        "unknown key 'zzz' in model 'a' (expected one of: backends, component, dtypes, guidance, hub, inputs, "
-        "max_sequence_length, modes, name, offload, path, priority, revision, shapes, tensor_parallel, "
+        "unknown key 'zzz' in model 'a' (expected one of: backends, compile_modes, component, dtypes, guidance, hub, "
+        "inputs, max_sequence_length, modes, name, offload, path, priority, revision, shapes, tensor_parallel, "
         "warmup)"),
     "tensor_parallel not an integer": (MODEL + "    tensor_parallel: two  # <-\n",
                                        "model 'a' tensor_parallel must be an integer, got 'two'"),

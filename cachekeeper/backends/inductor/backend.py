@@ -1,7 +1,10 @@
 """PyTorch Inductor (CPU/CUDA): the fingerprint its own cache key lacks, its two roots, its build.
 
 Roots:
-  * "cache": TORCHINDUCTOR_CACHE_DIR (fxgraph/, aotautograd/, compiled kernels, triton/ on GPU).
+  * "cache": TORCHINDUCTOR_CACHE_DIR (fxgraph/, aotautograd/, compiled kernels, triton/ on GPU). A build's
+             path is padded to `relocate.RESERVED` bytes and published relocatable (format/relocate.py):
+             hydrate writes the served dir into the files that name it (Triton `filename`, `__grp__`).
+             On CUDA it also holds the other JIT caches a server fills (`JIT_CACHES`), each exported.
   * "pch":   the precompiled C++ header dir, $TMPDIR/torchinductor_<user>/precompiled_headers (~155 MB,
              one per compiler and flags). Without it a full cache hit still rebuilds the header (warm first
              call 10-13 s instead of 4.5-7 s), so it is published once per toolchain (shared root).
@@ -11,15 +14,18 @@ Importing this module does not import torch (the hydrate path uses it).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
-from ...errors import BackendUnavailable
+from ... import bounds
+from ...errors import BackendUnavailable, ConfigError, DestinationError
+from ...format import relocate
 from ...format.fingerprint import Fingerprint
 from ..base import CACHE_ROOT, BuildCommand, BuildJob
-from ..toolchain import PackagedBackend, dist_version
+from ..toolchain import PackagedBackend, add_build_warning, dist_version, unwritable
 from . import probes
 
 PCH_ROOT = "pch"
@@ -34,19 +40,59 @@ _SKIP_DIRS = frozenset({"locks", "__pycache__"})
 _SKIP_DIR_PATTERN = re.compile(r"(.*_CxxBuild|tmp\.pid_.*)")
 _SKIP_NAME_PATTERN = re.compile(r"(.*\.(lock|tmp|ck-tmp|pyc)|tmp[a-z0-9_]{8})")
 
+# The JIT caches a CUDA server fills besides Inductor's own, each kept inside the cache root so a build
+# fills it there (the build sets the variable) and hydrate places it; `env_exports` points the server at
+# it. (variable, dir under the cache root). docs/backends.md, "Every JIT cache a CUDA server fills".
+TRITON_CACHE = ("TRITON_CACHE_DIR", "triton/0")              # Inductor's own default for device 0
+KERNEL_CACHE = ("PYTORCH_KERNEL_CACHE_PATH", "torch-kernels")  # NVRTC jiterator kernels
+DRIVER_CACHE = ("CUDA_CACHE_PATH", "cuda-cache")             # + /<driver version>: a driver upgrade voids it
+JIT_CACHES = (TRITON_CACHE, KERNEL_CACHE, DRIVER_CACHE)
+# Host settings that turn those caches off: a build drops them (it exists to fill them), with a warning.
+JIT_CACHE_OFF = {"USE_PYTORCH_KERNEL_CACHE": "0", "CUDA_CACHE_DISABLE": "1"}
+COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
+SERVE_THREADS = "serve_compile_threads"   # backend option: what `env_exports` sets COMPILE_THREADS_ENV to
+_DRIVER = re.compile(r"\d+(?:\.\d+)*|unknown")
+
+
+def jit_cache_env(cache: Path, driver: str) -> dict[str, str]:
+    """Each JIT cache's variable, pointed into the cache root `cache` (a build's, or a served dir)."""
+    driver = driver if _DRIVER.fullmatch(driver) else "unknown"
+    return {TRITON_CACHE[0]: str(cache / TRITON_CACHE[1]), KERNEL_CACHE[0]: str(cache / KERNEL_CACHE[1]),
+            DRIVER_CACHE[0]: str(cache / DRIVER_CACHE[1] / driver)}
+
+
+def relocatable_root(workdir: Path) -> Path:
+    """`workdir/cache`, its name padded so the path is `relocate.RESERVED` bytes: published files name it
+    as a placeholder that long, and hydrate can write any served dir up to that length in its place. A
+    workdir too long for that keeps `cache` (its own length is then the served dir's limit)."""
+    base = Path(os.path.abspath(workdir))
+    room = relocate.RESERVED - len(os.fsencode(str(base))) - 1
+    return base / ("cache" + "_" * (room - 5) if room > 5 else "cache")
+
 
 class InductorBackend(PackagedBackend):
     name: ClassVar[str] = "inductor"
     env_var: ClassVar[str] = "TORCHINDUCTOR_CACHE_DIR"
     modes: ClassVar[tuple[str, ...]] = ("full", "repeated_blocks", "aot")
+    # torch.compile's modes (torch/__init__.py `compile`; Inductor's list_mode_options): a server's own
+    # `mode=` is a matrix option (`compile_modes`), so the build compiles (and autotunes) as it will.
+    compile_modes: ClassVar[tuple[str, ...]] = ("default", "reduce-overhead", "max-autotune",
+                                                "max-autotune-no-cudagraphs")
     # Inductor's own default, $TMPDIR/torchinductor_$USER (as the runtime computes it), for `doctor`.
     default_cache_dir: ClassVar[str | None] = str(probes.default_pch_dir().parent)
     shared_roots: ClassVar[frozenset[str]] = frozenset({PCH_ROOT})
+    relocatable_roots: ClassVar[frozenset[str]] = frozenset({CACHE_ROOT})
     # torch is the one distribution every fingerprint records; a config may pin others (diffusers_version,
     # pytorch_triton_version): PackagedBackend checks every pin.
     dists: ClassVar[tuple[str, ...]] = ("torch",)
     install_hint: ClassVar[str] = "pip install torch"
-    field_options: ClassVar[frozenset[str]] = frozenset({"pch_dir"})   # a location, not a field
+    # A location, and what a server's env gets: neither changes compiled bytes, so neither is a field.
+    field_options: ClassVar[frozenset[str]] = frozenset({"pch_dir", SERVE_THREADS})
+
+    @classmethod
+    def compile_modes_in(cls, mode: str) -> tuple[str, ...]:
+        # An aot function compiles with backend_options.inductor.mode (aot.py), never an entry's own.
+        return ("default",) if mode == "aot" else cls.compile_modes
 
     def mode_key_options(self, mode: str, *, pipeline: bool = False) -> dict[str, str]:
         """An `aot` function embeds the model's bytecode, so the installed diffusers build is part of what
@@ -61,6 +107,8 @@ class InductorBackend(PackagedBackend):
         reason = self.unavailable_reason(options)
         if reason is not None:
             raise BackendUnavailable.of("inductor", reason)
+        serve_threads(options)
+        self._options = dict(options)   # what `env_exports` exports for (hydrate computes this first)
         env = self.env
         device = options.get("device", "cpu")
         cxx = probes.cxx_path(env)
@@ -105,7 +153,8 @@ class InductorBackend(PackagedBackend):
 
     def build_roots(self, workdir: Path) -> dict[str, Path]:
         # The build runs with TMPDIR=workdir/tmp, so Inductor writes its header under it.
-        return {CACHE_ROOT: workdir / CACHE_ROOT, PCH_ROOT: probes.default_pch_dir(str(workdir / "tmp"))}
+        return {CACHE_ROOT: relocatable_root(workdir),
+                PCH_ROOT: probes.default_pch_dir(os.path.join(os.path.abspath(workdir), "tmp"))}
 
     def extra_roots(self, options: Mapping[str, str]) -> dict[str, Path]:
         # Where the serving process will look: its $TMPDIR, unless the config names the dir.
@@ -123,6 +172,39 @@ class InductorBackend(PackagedBackend):
             return name.endswith((".h", ".h.gch"))
         return True
 
+    def env_exports(self, dest: Path) -> dict[str, str]:
+        """The cache dir; on CUDA each JIT cache in it (`JIT_CACHES`); with `serve_compile_threads`, the
+        server's compile workers. Refused: a dir the server cannot write (Inductor and Triton write into it
+        on every load) or one longer than the relocatable files reserve for it."""
+        if len(os.fsencode(str(dest))) > relocate.RESERVED:
+            raise DestinationError(f"inductor: {dest} is {len(os.fsencode(str(dest)))} bytes long; prebuilt cache "
+                                   f"files reserve {relocate.RESERVED} for the dir they are served from",
+                                   f"hydrate into a dest of at most {relocate.RESERVED - 17} bytes (the "
+                                   "toolchain's dir adds /<16 hex>)", path=str(dest))
+        if (blocked := unwritable(dest)) is not None:
+            raise DestinationError(f"inductor: {dest} is not writable ({blocked}): Inductor writes its locks and "
+                                   "Triton its kernel groups into the served dir on every load",
+                                   "serve from a dir the server's user can write (not a read-only mount)",
+                                   path=str(dest))
+        options = getattr(self, "_options", {})
+        out = {self.env_var: str(dest)}
+        if options.get("device", "cpu").startswith("cuda"):
+            out.update(jit_cache_env(dest, probes.driver_version()))
+            if (theirs := self.env.get(TRITON_CACHE[0])) and theirs != out[TRITON_CACHE[0]]:
+                from ...observability import logs
+
+                logs.warning(triton_dir_warning(theirs, out[TRITON_CACHE[0]]))
+        if (threads := serve_threads(options)) is not None:
+            out[COMPILE_THREADS_ENV] = str(threads)
+        return out
+
+    def env_warnings(self, options: Mapping[str, str]) -> list[str]:
+        theirs = self.env.get(TRITON_CACHE[0])
+        if theirs and options.get("device", "cpu").startswith("cuda") \
+                and not theirs.rstrip("/").endswith("/" + TRITON_CACHE[1]):
+            return [triton_dir_warning(theirs, f"<hydrated dir>/{TRITON_CACHE[1]}")]
+        return []
+
     # --- build -------------------------------------------------------------------------------------
 
     def build_command(self, job: BuildJob) -> BuildCommand:
@@ -136,7 +218,17 @@ class InductorBackend(PackagedBackend):
             "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
             "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
         }
-        return self.python_module_command(BUILD_MODULE, job, env)
+        cuda = job.options.get("device", "cpu").startswith("cuda")
+        if cuda:   # every JIT cache the build fills lands in the cache root, captured with it
+            env.update(jit_cache_env(cache, probes.driver_version()))
+        cmd = self.python_module_command(BUILD_MODULE, job, env)
+        dropped = [var for var, off in JIT_CACHE_OFF.items() if cuda and cmd.env.get(var) == off]
+        for var in dropped:
+            del cmd.env[var]
+        if dropped:
+            add_build_warning(cmd.env, f"inductor: the build drops {', '.join(dropped)} (a build fills the JIT "
+                              "caches a server reads)")
+        return cmd
 
     # build.workers on CUDA: one GPU range per build (CPU builds share the host, no partition).
     device_unit: ClassVar[str] = "GPU"
@@ -153,3 +245,18 @@ class InductorBackend(PackagedBackend):
         # Ids count the GPUs this worker sees: map them through its own CUDA_VISIBLE_DEVICES, if any.
         visible = [d.strip() for d in self.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
         return {"CUDA_VISIBLE_DEVICES": ",".join(visible[i] if visible else str(i) for i in ids)} if ids else {}
+
+
+def serve_threads(options: Mapping[str, str]) -> int | None:
+    """`serve_compile_threads`, checked where it enters (the config, `--option`, the API's options)."""
+    raw = options.get(SERVE_THREADS)
+    if raw is None:
+        return None
+    return int(bounds.checked(raw, bounds.COMPILE_THREADS, f"backend_options.inductor.{SERVE_THREADS}",
+                              ConfigError))
+
+
+def triton_dir_warning(theirs: str, ours: str) -> str:
+    return (f"TRITON_CACHE_DIR={theirs} is set here, not the hydrated {ours}: the env hydrate prints (and "
+            "`cachekeeper env`) points it there, so a server started with those exports loads the prebuilt "
+            f"Triton kernels; one that keeps {theirs} compiles them again")

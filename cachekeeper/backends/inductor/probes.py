@@ -254,3 +254,27 @@ def gpu_count() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+
+
+def driver_in(text: str) -> str | None:
+    """The driver version in /proc/driver/nvidia/version's first line ("NVRM version: NVIDIA UNIX x86_64
+    Kernel Module  550.54.15  ...", or "... Open Kernel Module for x86_64  580.95.05  ...")."""
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+    return m.group(1) if m else None
+
+
+@functools.cache
+def driver_version() -> str:
+    """The NVIDIA driver's version, from /proc (no process), else nvidia-smi; "unknown" without either. It
+    keys the CUDA driver's own JIT cache, which a driver upgrade invalidates."""
+    try:
+        found = driver_in(Path(DRIVER_VERSION_FILE).read_text(errors="replace"))
+    except OSError:
+        found = None
+    if found is None and (exe := shutil.which("nvidia-smi")) is not None:
+        parts = _smi_query(exe, "driver_version")
+        found = parts[0] if parts and re.fullmatch(r"\d+(?:\.\d+)+", parts[0]) else None
+    return found or "unknown"

@@ -28,16 +28,14 @@ Pins (`torch_version`, `torch_tpu_version`, `libtpu_version`) are checked, not r
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from ...errors import BackendUnavailable, DestinationError
 from ..base import CACHE_ROOT, BuildCommand, BuildJob
-from ..toolchain import DeviceBackend, DeviceToolchain, add_build_warning, require_choice
+from ..toolchain import DeviceBackend, DeviceToolchain, add_build_warning, require_choice, unwritable
 from . import probes
 from .probes import BACKUP_ENV, TIER2_ENV, TIER2_OFF
 
@@ -179,20 +177,3 @@ class TPUBackend(DeviceBackend):
 
 
 _CHIP_BOUNDS = {1: "1,1,1", 2: "1,2,1", 4: "2,2,1", 8: "2,4,1"}
-
-
-def unwritable(dest: Path) -> str | None:
-    """Why the runtime could not create dirs in `dest` (or in the nearest existing dir above it, where hydrate
-    will create it), or None. Tried for real: mode bits do not bind root, a read-only mount does."""
-    here = dest
-    while not here.exists():
-        if here.parent == here:
-            return "no existing dir above it"
-        here = here.parent
-    if not here.is_dir():
-        return f"{here} is not a directory"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".ck-writable-", dir=here))
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
